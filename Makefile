@@ -1,0 +1,62 @@
+# Everything a fresh machine needs comes from here: `make run` and `make test` create the
+# virtualenv from pinned requirements on first use.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed-stamp
+REGION ?= us-east-1
+export SAM_CLI_TELEMETRY := 0
+export AWS_DEFAULT_REGION ?= $(REGION)
+
+.PHONY: setup run test lint typecheck validate build runtime pytest bench clean tools
+
+setup: $(STAMP) tools
+
+$(STAMP): requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# Debian tools the tests drive as a real client would (openssl makes CSRs and verifies chains).
+tools:
+	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+
+run: setup
+	$(PY) -m joinplane_local $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy layers/domain/joinplane local/joinplane_local functions
+
+validate: setup
+	$(BIN)/sam validate --lint --template template.yaml --region $(REGION)
+
+build: setup
+	$(BIN)/sam build --template template.yaml --region $(REGION) --cached
+
+# The packaged-artifact tests import handlers from .aws-sam/build with only what the Lambda
+# python3.11 runtime provides (boto3 and its dependencies) beside the layer.
+runtime: .lambda-runtime/.stamp
+.lambda-runtime/.stamp: requirements-dev.txt
+	rm -rf .lambda-runtime
+	$(BIN)/pip install -q --disable-pip-version-check --target .lambda-runtime \
+	  $$(grep -E '^(boto3|botocore|s3transfer|jmespath|python-dateutil|six|urllib3)==' requirements-dev.txt)
+	touch $@
+
+pytest: setup
+	$(BIN)/pytest
+
+test: setup lint typecheck validate build runtime
+	$(BIN)/pytest
+
+bench: setup
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) .aws-sam .lambda-runtime

@@ -1,0 +1,44 @@
+"""Secrets handed to callers: API keys, join tokens, machine tokens, cluster keys.
+
+Shape: `<prefix>_<ulid>_<32 base32 chars>`. The ULID names the record the secret belongs to, so
+verification is one GetItem by id and a constant-time comparison of SHA-256 digests; the random
+part carries 160 bits. Only the digest is stored; the secret is returned once, at creation, and is
+never logged. A plain (unsalted) SHA-256 is enough here: the secret is random, not a password.
+"""
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from joinplane.ids import ULID_PATTERN, encode_base32
+
+SECRET_CHARS = 32  # 32 base32 characters = 160 bits
+
+
+@dataclass(frozen=True)
+class ParsedSecret:
+    prefix: str
+    ulid: str
+    secret: str
+
+
+def mint(prefix: str, ulid: str) -> str:
+    return f"{prefix}_{ulid}_{encode_base32(secrets.randbits(SECRET_CHARS * 5), SECRET_CHARS)}"
+
+
+def parse(value: str, prefix: str) -> ParsedSecret | None:
+    """The record id embedded in a secret, or None when it is not one of ours (no lookup then)."""
+    if len(value) > 128:
+        return None
+    match = re.fullmatch(f"{re.escape(prefix)}_({ULID_PATTERN})_[0-9a-hjkmnp-tv-z]{{{SECRET_CHARS}}}", value)
+    return ParsedSecret(prefix, match.group(1), value) if match else None
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def matches(secret: str, stored_digest: str) -> bool:
+    return hmac.compare_digest(digest(secret).encode(), stored_digest.encode())

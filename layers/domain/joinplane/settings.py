@@ -1,0 +1,21 @@
+"""The environment, parsed once per container into one model."""
+
+import functools
+import os
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    table_name: str
+    event_bus_name: str = "default"
+
+
+@functools.cache
+def settings() -> Settings:
+    return Settings(
+        table_name=os.environ["TABLE_NAME"],
+        event_bus_name=os.environ.get("EVENT_BUS_NAME", "default"),
+    )

@@ -1,0 +1,239 @@
+"""DynamoDB data access: the one module that speaks to the table.
+
+One table, generic keys: `pk`/`sk` for items, `gsi1pk`/`gsi1sk` for listings by parent, `ttl`
+(epoch seconds) for DynamoDB TTL deletion. Domain modules build keys and conditions; this module
+turns Python values into DynamoDB's wire format and DynamoDB's failures into domain outcomes.
+
+Every state transition in Joinplane is a single conditional write or a single transaction: the
+functions here take the condition with the write, and a failed condition comes back as
+`ConditionFailed` carrying the item as it is now (ReturnValuesOnConditionCheckFailure), so the
+caller can say what it lost to without a second read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from joinplane import aws
+from joinplane.errors import Unavailable
+from joinplane.settings import settings
+
+Item = dict[str, Any]
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+class ConditionFailed(Exception):
+    """A conditional write lost: `current` is the item as stored now (None if absent)."""
+
+    def __init__(self, current: Item | None) -> None:
+        super().__init__("condition failed")
+        self.current = current
+
+
+class TransactionCanceled(Exception):
+    """A transaction was cancelled: one reason per action, `current` items where conditions failed."""
+
+    def __init__(self, reasons: list[str], current: list[Item | None]) -> None:
+        super().__init__(f"transaction canceled: {reasons}")
+        self.reasons = reasons
+        self.current = current
+
+
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, Mapping):
+        return {k: _to_wire(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_wire(v) for v in value]
+    return value
+
+
+def _from_wire(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _from_wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_wire(v) for v in value]
+    if isinstance(value, set):
+        return sorted(_from_wire(v) for v in value)
+    return value
+
+
+def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(_to_wire(v)) for k, v in item.items() if v is not None}
+
+
+def deserialize(raw: Mapping[str, Any]) -> Item:
+    return {k: _from_wire(_deserializer.deserialize(v)) for k, v in raw.items()}
+
+
+def _values(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: _serializer.serialize(_to_wire(v)) for k, v in (values or {}).items()}
+
+
+def _table() -> str:
+    return settings().table_name
+
+
+def _client() -> Any:
+    return aws.client("dynamodb")
+
+
+def _call(operation: str, **kwargs: Any) -> Any:
+    client = _client()
+    try:
+        return getattr(client, operation)(**kwargs)
+    except client.exceptions.ConditionalCheckFailedException as failure:
+        raw = failure.response.get("Item")
+        raise ConditionFailed(deserialize(raw) if raw else None) from None
+    except client.exceptions.TransactionCanceledException as failure:
+        reasons = failure.response.get("CancellationReasons", [])
+        raise TransactionCanceled(
+            [r.get("Code", "None") for r in reasons],
+            [deserialize(r["Item"]) if r.get("Item") else None for r in reasons],
+        ) from None
+    except (
+        client.exceptions.ProvisionedThroughputExceededException,
+        client.exceptions.RequestLimitExceeded,
+        client.exceptions.InternalServerError,
+    ) as failure:
+        raise Unavailable("the store is unavailable, retry later") from failure
+
+
+def key(pk: str, sk: str) -> Item:
+    return {"pk": pk, "sk": sk}
+
+
+def get(pk: str, sk: str, *, consistent: bool = True) -> Item | None:
+    response = _call("get_item", TableName=_table(), Key=serialize(key(pk, sk)), ConsistentRead=consistent)
+    return deserialize(response["Item"]) if "Item" in response else None
+
+
+def put(item: Item, *, condition: str | None = None, names: Mapping[str, str] | None = None,
+        values: Mapping[str, Any] | None = None) -> None:
+    kwargs: dict[str, Any] = {"TableName": _table(), "Item": serialize(item)}
+    _add_condition(kwargs, condition, names, values)
+    _call("put_item", **kwargs)
+
+
+def update(pk: str, sk: str, *, update: str, condition: str | None = None,
+           names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> Item:
+    """One conditional UpdateItem; returns the item as written."""
+    kwargs: dict[str, Any] = {
+        "TableName": _table(),
+        "Key": serialize(key(pk, sk)),
+        "UpdateExpression": update,
+        "ReturnValues": "ALL_NEW",
+    }
+    _add_condition(kwargs, condition, names, values)
+    return deserialize(_call("update_item", **kwargs)["Attributes"])
+
+
+def _add_condition(kwargs: dict[str, Any], condition: str | None, names: Mapping[str, str] | None,
+                   values: Mapping[str, Any] | None) -> None:
+    if condition:
+        kwargs["ConditionExpression"] = condition
+        kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    if names:
+        kwargs["ExpressionAttributeNames"] = dict(names)
+    if values:
+        kwargs["ExpressionAttributeValues"] = _values(values)
+
+
+@dataclass
+class Page:
+    items: list[Item]
+    last_key: Item | None
+    scanned: int = 0
+
+
+def query(*, pk: str, sk_prefix: str | None = None, index: str | None = None, limit: int | None = None,
+          start_after: Item | None = None, ascending: bool = True, consistent: bool = False,
+          sk_after: str | None = None) -> Page:
+    """One Query call on the table (`index=None`) or on `gsi1`."""
+    pk_name, sk_name = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
+    names = {"#pk": pk_name}
+    values: dict[str, Any] = {":pk": pk}
+    condition = "#pk = :pk"
+    if sk_after is not None:
+        names["#sk"] = sk_name
+        values[":after"] = sk_after
+        condition += " AND #sk > :after" if ascending else " AND #sk < :after"
+        if sk_prefix:
+            raise ValueError("sk_prefix and sk_after cannot be combined")
+    elif sk_prefix:
+        names["#sk"] = sk_name
+        values[":prefix"] = sk_prefix
+        condition += " AND begins_with(#sk, :prefix)"
+    kwargs: dict[str, Any] = {
+        "TableName": _table(),
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": _values(values),
+        "ScanIndexForward": ascending,
+    }
+    if index:
+        kwargs["IndexName"] = index
+    else:
+        kwargs["ConsistentRead"] = consistent
+    if limit:
+        kwargs["Limit"] = limit
+    if start_after:
+        kwargs["ExclusiveStartKey"] = serialize(start_after)
+    response = _call("query", **kwargs)
+    last = response.get("LastEvaluatedKey")
+    return Page(
+        items=[deserialize(raw) for raw in response.get("Items", [])],
+        last_key=deserialize(last) if last else None,
+        scanned=int(response.get("ScannedCount", 0)),
+    )
+
+
+@dataclass
+class Write:
+    """One action of a transaction."""
+
+    kind: str  # "Put" | "Update" | "ConditionCheck" | "Delete"
+    item: Item | None = None
+    pk: str | None = None
+    sk: str | None = None
+    update: str | None = None
+    condition: str | None = None
+    names: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        action: dict[str, Any] = {"TableName": _table()}
+        if self.kind == "Put":
+            assert self.item is not None
+            action["Item"] = serialize(self.item)
+        else:
+            assert self.pk is not None and self.sk is not None
+            action["Key"] = serialize(key(self.pk, self.sk))
+        if self.update:
+            action["UpdateExpression"] = self.update
+        if self.condition:
+            action["ConditionExpression"] = self.condition
+            action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        if self.names:
+            action["ExpressionAttributeNames"] = self.names
+        if self.values:
+            action["ExpressionAttributeValues"] = _values(self.values)
+        return {self.kind: action}
+
+
+def transact(writes: Iterable[Write]) -> None:
+    """One TransactWriteItems: all of them or none."""
+    _call("transact_write_items", TransactItems=[w.to_wire() for w in writes])
