@@ -11,6 +11,8 @@ class Settings(BaseModel):
 
     table_name: str
     event_bus_name: str = "default"
+    # Secrets Manager name prefix for each pool's CA: `<prefix>/<tenantId>/<poolId>`.
+    ca_secret_prefix: str = "joinplane/ca"
 
 
 @functools.cache
@@ -18,4 +20,5 @@ def settings() -> Settings:
     return Settings(
         table_name=os.environ["TABLE_NAME"],
         event_bus_name=os.environ.get("EVENT_BUS_NAME", "default"),
+        ca_secret_prefix=os.environ.get("CA_SECRET_PREFIX", "joinplane/ca"),
     )

@@ -121,15 +121,27 @@ def get(pk: str, sk: str, *, consistent: bool = True) -> Item | None:
     return deserialize(response["Item"]) if "Item" in response else None
 
 
-def put(item: Item, *, condition: str | None = None, names: Mapping[str, str] | None = None,
-        values: Mapping[str, Any] | None = None) -> None:
+def put(
+    item: Item,
+    *,
+    condition: str | None = None,
+    names: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> None:
     kwargs: dict[str, Any] = {"TableName": _table(), "Item": serialize(item)}
     _add_condition(kwargs, condition, names, values)
     _call("put_item", **kwargs)
 
 
-def update(pk: str, sk: str, *, update: str, condition: str | None = None,
-           names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> Item:
+def update(
+    pk: str,
+    sk: str,
+    *,
+    update: str,
+    condition: str | None = None,
+    names: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Item:
     """One conditional UpdateItem; returns the item as written."""
     kwargs: dict[str, Any] = {
         "TableName": _table(),
@@ -141,8 +153,12 @@ def update(pk: str, sk: str, *, update: str, condition: str | None = None,
     return deserialize(_call("update_item", **kwargs)["Attributes"])
 
 
-def _add_condition(kwargs: dict[str, Any], condition: str | None, names: Mapping[str, str] | None,
-                   values: Mapping[str, Any] | None) -> None:
+def _add_condition(
+    kwargs: dict[str, Any],
+    condition: str | None,
+    names: Mapping[str, str] | None,
+    values: Mapping[str, Any] | None,
+) -> None:
     if condition:
         kwargs["ConditionExpression"] = condition
         kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -159,9 +175,17 @@ class Page:
     scanned: int = 0
 
 
-def query(*, pk: str, sk_prefix: str | None = None, index: str | None = None, limit: int | None = None,
-          start_after: Item | None = None, ascending: bool = True, consistent: bool = False,
-          sk_after: str | None = None) -> Page:
+def query(
+    *,
+    pk: str,
+    sk_prefix: str | None = None,
+    index: str | None = None,
+    limit: int | None = None,
+    start_after: Item | None = None,
+    ascending: bool = True,
+    consistent: bool = False,
+    sk_after: str | None = None,
+) -> Page:
     """One Query call on the table (`index=None`) or on `gsi1`."""
     pk_name, sk_name = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
     names = {"#pk": pk_name}

@@ -1,0 +1,92 @@
+"""The embedded AWS emulation: a moto server on loopback that every function reaches through
+`AWS_ENDPOINT_URL`, exactly as it would reach the real services.
+
+Real DynamoDB applies each request to an item atomically. moto evaluates a condition and then
+writes in plain Python, so two threads could interleave inside one request; that is a flaw of
+the emulator, not behaviour our code may rely on. One lock around the DynamoDB backend's request
+methods restores request-level atomicity, and nothing more: races *between* requests (the ones
+Joinplane's conditional writes must survive) are untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto accepts any credentials
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+_ATOMIC_METHODS = (
+    "put_item",
+    "get_item",
+    "query",
+    "scan",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "transact_get_items",
+    "batch_get_item",
+    "batch_write_item",
+)
+_lock = threading.RLock()
+
+
+def _make_dynamodb_requests_atomic() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    for name in _ATOMIC_METHODS:
+        method = getattr(DynamoDBBackend, name)
+        if getattr(method, "_joinplane_atomic", False):
+            continue
+
+        def atomic(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with _lock:
+                    return original(*args, **kwargs)
+
+            wrapper._joinplane_atomic = True  # type: ignore[attr-defined]
+            return wrapper
+
+        setattr(DynamoDBBackend, name, atomic(method))
+
+
+@dataclass
+class Emulator:
+    endpoint_url: str
+    _server: Any
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def reset(self) -> None:
+        """Forget every resource (moto's reset API), for a clean slate between tests."""
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10):  # noqa: S310 - loopback URL we built
+            pass
+
+
+def start(port: int = 0) -> Emulator:
+    """Start moto on 127.0.0.1 (port 0: any free port) in this process."""
+    from moto.server import ThreadedMotoServer
+
+    _make_dynamodb_requests_atomic()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    return Emulator(endpoint_url=f"http://{host}:{bound}", _server=server)
+
+
+def use_fake_credentials() -> None:
+    """moto needs some credentials and a region; never real ones."""
+    for name, value in FAKE_CREDENTIALS.items():
+        os.environ.setdefault(name, value)
