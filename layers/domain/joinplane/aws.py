@@ -14,7 +14,8 @@ def client(service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    # The service name is a plain str here; boto3-stubs only types literal names.
+    return boto3.client(  # type: ignore[call-overload]
         service,
         config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
     )

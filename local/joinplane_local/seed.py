@@ -1,0 +1,53 @@
+"""The dev tenant every local run starts with: tenant `dev`, site `dev-site`, pool `dev-pool`, and
+a platform-admin API key (fixed by JOINPLANE_DEV_ADMIN_KEY, so scripts can keep using one key)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from joinplane import apikeys, credentials, pools, store
+from joinplane.errors import AlreadyExists
+from joinplane.grants import Grant
+
+DEV_TENANT, DEV_SITE, DEV_POOL = "dev", "dev-site", "dev-pool"
+ADMIN_GRANTS = ("*@platform",)
+
+
+def install_admin_key(tenant_id: str, secret: str | None, description: str) -> str:
+    """Store a platform-admin key (the given secret, or a new one) and return the secret."""
+    grants = [Grant.parse(g) for g in ADMIN_GRANTS]
+    minted, item = apikeys.new_key_item(tenant_id, grants, description, created_by="bootstrap")
+    if secret is not None:
+        parsed = credentials.parse(secret, apikeys.SECRET_PREFIX)
+        if parsed is None:
+            raise SystemExit(
+                "JOINPLANE_DEV_ADMIN_KEY must look like jpk_<26 base32>_<32 base32>; "
+                "leave it unset to get a fresh key printed"
+            )
+        key_id = f"{apikeys.ID_PREFIX}_{parsed.ulid}"
+        item.update(
+            pk=f"APIKEY#{key_id}", gsi1sk=key_id, keyId=key_id, secretSha256=credentials.digest(secret)
+        )
+        minted = secret
+    store.put(item)  # the same fixed key on every start: overwriting it is the point
+    return minted
+
+
+def seed_dev_tenant(admin_key: str | None) -> str:
+    secret = install_admin_key(DEV_TENANT, admin_key, "local dev platform admin")
+    admin = apikeys.verify(secret)
+    assert admin is not None
+    # A persistent endpoint (--endpoint-url) keeps the pool from an earlier run.
+    with contextlib.suppress(AlreadyExists):
+        pools.create(
+            admin,
+            pools.CreatePool(
+                tenantId=DEV_TENANT,
+                poolId=DEV_POOL,
+                siteId=DEV_SITE,
+                name="Dev pool",
+                workspaceId="dev-workspace",
+                bootstrap=pools.BootstrapDefaults(controlplaneHttpUrl="http://127.0.0.1:3000"),
+            ),
+        )
+    return secret

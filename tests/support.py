@@ -1,0 +1,109 @@
+"""Test helpers: load a function as Lambda would, and call operator routes through the real
+authorizer and handler with API Gateway HTTP API (payload 2.0) events."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+_loaded: dict[str, ModuleType] = {}
+
+
+def load_function(folder: str) -> ModuleType:
+    """functions/<folder>/app.py under a unique module name (every function file is app.py)."""
+    if folder not in _loaded:
+        path = ROOT / "functions" / folder / "app.py"
+        spec = importlib.util.spec_from_file_location(f"fn_{folder}", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _loaded[folder] = module
+    return _loaded[folder]
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "test"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test"
+    aws_request_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 10_000
+
+
+def http_event(
+    path: str,
+    body: bytes | str,
+    headers: dict[str, str] | None = None,
+    authorizer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    raw = body if isinstance(body, bytes) else body.encode()
+    try:
+        text, encoded = raw.decode(), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(raw).decode(), True
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": f"POST {path}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": "localhost",
+            "http": {
+                "method": "POST",
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "pytest",
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": f"POST {path}",
+            "stage": "$default",
+            "time": "30/Nov/2026:00:00:00 +0000",
+            "timeEpoch": 0,
+        },
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+    if authorizer is not None:
+        event["requestContext"]["authorizer"] = {"lambda": authorizer}
+    return event
+
+
+FOLDER_OF = {"apiKeys": "api_keys", "pools": "pools", "joinTokens": "join_tokens"}
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+
+    @property
+    def code(self) -> str | None:
+        return self.body.get("error", {}).get("code") if isinstance(self.body, dict) else None
+
+
+def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> Reply:
+    """An operator route through the authorizer and the route's function, as API Gateway would."""
+    headers = {"authorization": f"Bearer {key}"} if key is not None else {}
+    authorizer = load_function("authorizer").lambda_handler(http_event(path, b"", headers), LambdaContext())
+    assert authorizer["isAuthorized"] is True
+    family = path.split("/")[3]
+    payload = raw if raw is not None else json.dumps(body).encode()
+    event = http_event(path, payload, headers, authorizer=authorizer["context"])
+    result = load_function(FOLDER_OF[family]).lambda_handler(event, LambdaContext())
+    return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
