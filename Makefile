@@ -53,7 +53,7 @@ pytest: setup
 	$(BIN)/pytest
 
 test: setup lint typecheck validate build runtime
-	$(BIN)/pytest
+	JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest
 
 bench: setup
 	$(PY) -m tests.bench
