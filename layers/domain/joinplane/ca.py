@@ -41,7 +41,8 @@ CA_VALIDITY = timedelta(days=3650)
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-# 64 is the X.520 upper bound for a commonName, and the machine id is the certificate's CN.
+# X.520's upper bound for a commonName; the machine id is the machine certificate's CN.
+_MAX_COMMON_NAME = 64
 _MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 _PEM = re.compile(
     r"-----BEGIN (?P<label>(?:NEW )?CERTIFICATE REQUEST)-----\r?\n"
@@ -123,9 +124,11 @@ def _allowed_public_key(request: x509.CertificateSigningRequest) -> tuple[Machin
     try:
         key = request.public_key()
     except (UnsupportedAlgorithm, ValueError):
-        raise InvalidArgument(
-            f"csr key type ECDSA (unknown curve) is not allowed; use {_ALLOWED_KEYS}"
-        ) from None
+        if algorithm == PublicKeyAlgorithmOID.EC_PUBLIC_KEY:
+            raise InvalidArgument(
+                f"csr key type ECDSA (unknown curve) is not allowed; use {_ALLOWED_KEYS}"
+            ) from None
+        raise InvalidArgument("csr public key is malformed") from None
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ec.SECP256R1 | ec.SECP384R1):
             raise InvalidArgument(f"csr key type ECDSA {key.curve.name} is not allowed; use {_ALLOWED_KEYS}")
@@ -315,7 +318,7 @@ def _load_or_create_pool_ca(tenant_id: str, pool_id: str) -> _PoolCa:
 def _new_pool_ca_secret(tenant_id: str, pool_id: str) -> str:
     key = ec.generate_private_key(ec.SECP256R1())
     now = clock.now().replace(microsecond=0)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"Joinplane pool CA {tenant_id}/{pool_id}")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(tenant_id, pool_id))])
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -350,6 +353,20 @@ def _new_pool_ca_secret(tenant_id: str, pool_id: str) -> str:
             "keyPem": key_pem.decode(),
             "certificatePem": certificate.public_bytes(serialization.Encoding.PEM).decode(),
         }
+    )
+
+
+def _ca_common_name(tenant_id: str, pool_id: str) -> str:
+    """`Joinplane pool CA <tenantId>/<poolId>`, shortened to X.520's 64 characters when the ids are long.
+    The shortened form ends in `~` and a digest of the full ids: no id contains `~`, so it can never
+    equal another pool's name, and verifiers that find issuers by name still find the right one."""
+    label = f"{tenant_id}/{pool_id}"
+    name = f"Joinplane pool CA {label}"
+    if len(name) <= _MAX_COMMON_NAME:
+        return name
+    digest = hashlib.sha256(label.encode()).hexdigest()[:12]
+    return (
+        f"Joinplane pool CA {label[: _MAX_COMMON_NAME - len('Joinplane pool CA ~') - len(digest)]}~{digest}"
     )
 
 

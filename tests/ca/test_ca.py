@@ -1,0 +1,707 @@
+"""Machine certificates and pool CAs, checked the way their users see them: CSRs made by the openssl
+CLI, issued certificates verified by `openssl verify`, the CA read back from Secrets Manager."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from joinplane import aws, ca, clock
+from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
+from joinplane.settings import settings
+
+from .conftest import Csrs, OpensslTool, openssl
+
+TENANT, POOL = "acme", "gpu-east"
+# Fresh per run: the threaded moto server's backends are process-global and never reset (conftest).
+RACE_NATURAL, RACE_FORCED, RACE_NAIVE = (
+    f"race-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("natural", "forced", "naive")
+)
+THIRTY_DAYS = 30 * 24 * 3600
+
+
+def issue(
+    csr_pem: str, *, tenant: str = TENANT, pool: str = POOL, machine: str = "mach_01", lifetime: int = 3600
+):
+    return ca.issue_machine_certificate(
+        tenant_id=tenant,
+        pool_id=pool,
+        machine_id=machine,
+        csr=ca.parse_csr(csr_pem),
+        lifetime_seconds=lifetime,
+    )
+
+
+def certificate(pem: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def pem(label: str, der: bytes) -> str:
+    body = base64.encodebytes(der).decode()
+    return f"-----BEGIN {label}-----\n{body}-----END {label}-----\n"
+
+
+def csr_der(csr_pem: str) -> bytes:
+    return x509.load_pem_x509_csr(csr_pem.encode()).public_bytes(serialization.Encoding.DER)
+
+
+def spki(csr_pem: str) -> bytes:
+    key = x509.load_pem_x509_csr(csr_pem.encode()).public_key()
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def rejected(csr_pem: str) -> str:
+    with pytest.raises(InvalidArgument) as raised:
+        ca.parse_csr(csr_pem)
+    return raised.value.message
+
+
+# --- parse_csr: what a machine may propose ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "key_type"),
+    [
+        ("p256", "ECDSA P-256"),
+        ("p384", "ECDSA P-384"),
+        ("ed25519", "Ed25519"),
+        ("rsa2048", "RSA 2048"),
+        ("rsa4096", "RSA 4096"),
+    ],
+)
+def test_allowed_key_types_parse_and_their_join_identity_is_the_spki_sha256(
+    csrs: Csrs, ossl: OpensslTool, kind: str, key_type: str
+) -> None:
+    # Given a CSR made by openssl with an allowed key
+    csr_pem = csrs[kind].pem
+    # When it is parsed
+    parsed = ca.parse_csr(csr_pem)
+    # Then the key is accepted, and the join identity is what the machine computes with openssl alone
+    assert parsed.key_type == key_type
+    assert parsed.public_key_sha256 == ossl.spki_sha256(csr_pem)
+    assert re.fullmatch("[0-9a-f]{64}", parsed.public_key_sha256)
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("rsa1024", "RSA key of 1024 bits is outside 2048-4096"),
+        (
+            "p521",
+            "csr key type ECDSA secp521r1 is not allowed; use ECDSA P-256/P-384, Ed25519 or RSA 2048-4096",
+        ),
+        (
+            "secp256k1",
+            "csr key type ECDSA secp256k1 is not allowed; use ECDSA P-256/P-384, Ed25519 or RSA 2048-4096",
+        ),
+        ("ed448", "csr key type Ed448 is not allowed; use ECDSA P-256/P-384, Ed25519 or RSA 2048-4096"),
+        ("rsa-pss", "csr key type RSA-PSS is not allowed; use ECDSA P-256/P-384, Ed25519 or RSA 2048-4096"),
+        ("p256-sha1", "csr is signed with SHA1; sign it with SHA-256 or stronger"),
+    ],
+)
+def test_disallowed_keys_and_weak_signatures_are_rejected_with_the_reason(
+    csrs: Csrs, kind: str, message: str
+) -> None:
+    # Given a well-formed, correctly self-signed CSR whose key or digest is not allowed
+    # When it is parsed / Then it is an invalid argument that says why
+    assert rejected(csrs[kind].pem) == message
+
+
+def test_a_dsa_key_is_rejected(csrs: Csrs) -> None:
+    # Given a DSA key (its parameters generated first, as openssl requires)
+    params = csrs.workdir / "dsa-params.pem"
+    openssl(
+        "genpkey",
+        "-genparam",
+        "-algorithm",
+        "DSA",
+        "-pkeyopt",
+        "dsa_paramgen_bits:2048",
+        "-out",
+        str(params),
+        cwd=csrs.workdir,
+    )
+    csr = csrs.with_key_args("dsa", "-paramfile", str(params))
+    # When its CSR is parsed / Then it is rejected by name
+    assert (
+        rejected(csr.pem)
+        == "csr key type DSA is not allowed; use ECDSA P-256/P-384, Ed25519 or RSA 2048-4096"
+    )
+
+
+def test_an_rsa_key_with_public_exponent_3_is_rejected(csrs: Csrs) -> None:
+    # Given RSA 2048 with e=3, the exponent behind the classic RSA signature forgeries
+    csr = csrs.with_key_args(
+        "rsa-e3", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-pkeyopt", "rsa_keygen_pubexp:3"
+    )
+    # When parsed / Then rejected, naming the exponent
+    assert rejected(csr.pem) == "RSA public exponent 3 is not allowed; use 65537"
+
+
+def test_a_compressed_ec_point_is_rejected_because_the_certificate_would_carry_other_bytes(
+    csrs: Csrs,
+) -> None:
+    # Given a P-256 key whose public point openssl writes in compressed form
+    key = csrs.workdir / "compressed.key"
+    openssl(
+        "ec",
+        "-in",
+        str(csrs["p256"].key_path),
+        "-conv_form",
+        "compressed",
+        "-out",
+        str(key),
+        cwd=csrs.workdir,
+    )
+    csr_pem = csrs.for_key(key, "compressed")
+    # When parsed / Then rejected: its SPKI hash would not be the SPKI hash of the issued certificate
+    assert "not DER-encoded as usual" in rejected(csr_pem)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "hello",
+        "-----BEGIN CERTIFICATE REQUEST-----\nnot base64 !!\n-----END CERTIFICATE REQUEST-----\n",
+        "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n",
+        "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE-----\n",
+    ],
+    ids=["empty", "garbage", "not-base64", "not-der", "mismatched-labels"],
+)
+def test_text_that_is_not_a_pem_csr_is_rejected(text: str) -> None:
+    assert rejected(text) == "csr is not a PEM certificate request"
+
+
+def test_a_certificate_is_not_a_csr(csrs: Csrs, ossl: OpensslTool) -> None:
+    # Given a self-signed certificate, sent as-is and relabelled as a certificate request
+    cert_pem = openssl(
+        "req", "-x509", "-key", str(csrs["p256"].key_path), "-subj", "/CN=x", "-days", "1", cwd=ossl.workdir
+    ).stdout
+    relabelled = cert_pem.replace("CERTIFICATE", "CERTIFICATE REQUEST")
+    # When either is parsed / Then neither is a CSR
+    assert rejected(cert_pem) == "csr is not a PEM certificate request"
+    assert rejected(relabelled) == "csr is not a PEM certificate request"
+
+
+def test_the_legacy_new_certificate_request_label_is_accepted(csrs: Csrs) -> None:
+    # Some older tools (Netscape, Windows certreq) still write this label for the same PKCS#10 body.
+    legacy = csrs["p256"].pem.replace("CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST")
+    assert ca.parse_csr(legacy).public_key_sha256 == ca.parse_csr(csrs["p256"].pem).public_key_sha256
+
+
+def test_two_csrs_in_one_pem_are_rejected(csrs: Csrs) -> None:
+    # Only one key can be the join identity; picking the first silently would be a guess.
+    assert rejected(csrs["p256"].pem + csrs["ed25519"].pem) == "csr is not a PEM certificate request"
+
+
+def test_csr_text_over_16_kib_is_rejected_before_parsing_but_whitespace_within_it_is_fine(csrs: Csrs) -> None:
+    # Given the same valid CSR, padded to exactly the limit and to one character over it
+    csr_pem = csrs["p256"].pem.replace("\n", "\r\n")
+    at_limit = "\n" + csr_pem + " " * (ca.MAX_CSR_CHARS - len(csr_pem) - 1)
+    assert len(at_limit) == ca.MAX_CSR_CHARS
+    # When parsed / Then CRLF line endings and surrounding whitespace are accepted, one more char is not
+    assert ca.parse_csr(at_limit).key_type == "ECDSA P-256"
+    assert rejected(at_limit + " ") == "csr must be PEM text of at most 16384 characters"
+
+
+def test_a_tampered_signature_fails_proof_of_possession(csrs: Csrs) -> None:
+    # Given a CSR whose last signature byte was flipped (the DER still parses)
+    der = bytearray(csr_der(csrs["p256"].pem))
+    der[-1] ^= 0x01
+    tampered = pem("CERTIFICATE REQUEST", bytes(der))
+    x509.load_pem_x509_csr(tampered.encode())
+    # When parsed / Then the signature does not verify
+    assert rejected(tampered) == "csr signature does not verify (proof of possession failed)"
+
+
+def test_a_csr_with_someone_elses_public_key_fails_proof_of_possession(csrs: Csrs) -> None:
+    # Given machine A's CSR with its public key swapped for machine B's (same size, so the DER is valid)
+    mine, theirs = csrs["p256"].pem, csrs.fresh("p256", "victim").pem
+    der = csr_der(mine)
+    assert der.count(spki(mine)) == 1 and len(spki(mine)) == len(spki(theirs))
+    swapped = pem("CERTIFICATE REQUEST", der.replace(spki(mine), spki(theirs)))
+    # When parsed / Then A cannot obtain a certificate for B's key
+    assert rejected(swapped) == "csr signature does not verify (proof of possession failed)"
+
+
+def test_the_join_identity_follows_the_key_not_the_csr(csrs: Csrs) -> None:
+    # Given two CSRs for the same key with different subjects (a machine's retry)
+    first = csrs["ed25519"].pem
+    retry = csrs.for_key(csrs["ed25519"].key_path, "ed25519-retry", "/CN=something-else/O=retry")
+    # Then they have one join identity, and another key has another
+    assert ca.parse_csr(first).public_key_sha256 == ca.parse_csr(retry).public_key_sha256
+    assert ca.parse_csr(csrs["p256"].pem).public_key_sha256 != ca.parse_csr(first).public_key_sha256
+
+
+# --- issue_machine_certificate: what the server decides -------------------------------------------
+
+
+@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.parametrize("kind", ["p256", "p384", "ed25519", "rsa2048", "rsa4096"])
+def test_issued_certificates_verify_with_openssl_as_tls_clients(
+    csrs: Csrs, ossl: OpensslTool, kind: str
+) -> None:
+    # Given a machine's CSR
+    # When a certificate is issued for it
+    issued = issue(csrs[kind].pem)
+    # Then openssl accepts it as a TLS client certificate under the pool CA, and as nothing else
+    result = ossl.verify(issued.ca_certificates_pem, issued.certificate_pem)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(": OK")
+    assert (
+        ossl.verify(issued.ca_certificates_pem, issued.certificate_pem, purpose="sslserver").returncode != 0
+    )
+
+
+@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.parametrize(
+    ("kind", "key_encipherment"), [("p256", False), ("ed25519", False), ("rsa2048", True)]
+)
+def test_the_certificate_holds_exactly_what_the_server_decides(
+    csrs: Csrs, ossl: OpensslTool, kind: str, key_encipherment: bool
+) -> None:
+    # Given a CSR
+    csr_pem = csrs[kind].pem
+    # When issued for machine mach_01 of acme/gpu-east
+    issued = issue(csr_pem)
+    cert, ca_cert = certificate(issued.certificate_pem), certificate(issued.ca_certificates_pem)
+    # Then the subject is CN=<machineId> only and the issuer is the pool CA
+    assert cert.subject == x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mach_01")])
+    assert cert.issuer == ca_cert.subject
+    assert cert.public_key() == x509.load_pem_x509_csr(csr_pem.encode()).public_key()
+    # And the extensions are exactly these
+    extensions = {ext.oid: ext for ext in cert.extensions}
+    assert set(extensions) == {
+        x509.BasicConstraints.oid,
+        x509.KeyUsage.oid,
+        x509.ExtendedKeyUsage.oid,
+        x509.SubjectAlternativeName.oid,
+        x509.SubjectKeyIdentifier.oid,
+        x509.AuthorityKeyIdentifier.oid,
+    }
+    san = extensions[x509.SubjectAlternativeName.oid].value
+    assert list(san) == [x509.UniformResourceIdentifier("spiffe://acme/pool/gpu-east/machine/mach_01")]
+    assert list(extensions[x509.ExtendedKeyUsage.oid].value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    basic = extensions[x509.BasicConstraints.oid]
+    assert basic.critical and basic.value.ca is False
+    usage = extensions[x509.KeyUsage.oid]
+    assert usage.critical and usage.value.digital_signature
+    assert usage.value.key_encipherment is key_encipherment
+    assert not (usage.value.key_cert_sign or usage.value.crl_sign or usage.value.content_commitment)
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    assert extensions[x509.AuthorityKeyIdentifier.oid].value.key_identifier == ca_ski.digest
+    assert extensions[x509.SubjectKeyIdentifier.oid].value == x509.SubjectKeyIdentifier.from_public_key(
+        cert.public_key()
+    )
+    # And openssl reads the same
+    text = ossl.text(issued.certificate_pem)
+    assert "URI:spiffe://acme/pool/gpu-east/machine/mach_01" in text
+    assert "CA:FALSE" in text and "TLS Web Client Authentication" in text
+
+
+@pytest.mark.usefixtures("secretsmanager")
+def test_every_extension_the_csr_asks_for_is_ignored(csrs: Csrs, ossl: OpensslTool) -> None:
+    # Given a CSR asking for a DNS SAN, another tenant's SPIFFE id, CA:TRUE, keyCertSign and serverAuth
+    csr_pem = csrs["p256-asks-for-more"].pem
+    assert len(x509.load_pem_x509_csr(csr_pem.encode()).extensions) == 4
+    # When it is issued
+    issued = issue(csr_pem)
+    # Then none of it is in the certificate, which cannot sign certificates or serve TLS
+    text = ossl.text(issued.certificate_pem)
+    for requested in (
+        "evil.example",
+        "other-tenant",
+        "CA:TRUE",
+        "Certificate Sign",
+        "Server Authentication",
+        "Code Signing",
+    ):
+        assert requested not in text
+    cert = certificate(issued.certificate_pem)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(name.value) for name in san] == ["spiffe://acme/pool/gpu-east/machine/mach_01"]
+    assert ossl.verify(issued.ca_certificates_pem, issued.certificate_pem).returncode == 0
+    assert (
+        ossl.verify(issued.ca_certificates_pem, issued.certificate_pem, purpose="sslserver").returncode != 0
+    )
+
+
+@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.parametrize(
+    ("asked", "granted"),
+    [
+        (3600, 3600),
+        (THIRTY_DAYS, THIRTY_DAYS),
+        (THIRTY_DAYS + 1, THIRTY_DAYS),
+        (10**9, THIRTY_DAYS),
+        (299, 300),
+        (0, 300),
+        (-5, 300),
+    ],
+)
+def test_lifetime_is_clamped_to_5_minutes_to_30_days_and_back_dated_for_clock_skew(
+    csrs: Csrs, asked: int, granted: int
+) -> None:
+    # Given the clock now
+    before = clock.now().replace(microsecond=0)
+    # When a certificate is issued for the asked lifetime
+    issued = issue(csrs["p256"].pem, lifetime=asked)
+    after = clock.now()
+    cert = certificate(issued.certificate_pem)
+    # Then it is valid from five minutes before issuance until the granted lifetime after it
+    issued_at = cert.not_valid_before_utc + timedelta(minutes=5)
+    assert before <= issued_at <= after
+    assert cert.not_valid_after_utc - issued_at == timedelta(seconds=granted)
+    assert issued.expires_at == cert.not_valid_after_utc
+    assert issued.expires_at.utcoffset() == timedelta(0)
+
+
+@pytest.mark.usefixtures("secretsmanager")
+def test_serials_are_random_positive_159_bit_numbers(csrs: Csrs) -> None:
+    # When the same CSR is issued twice
+    first, second = issue(csrs["p256"].pem), issue(csrs["p256"].pem)
+    # Then the serials differ, are 159 bits, and `serial` is the certificate's serial in hex
+    serials = [certificate(issued.certificate_pem).serial_number for issued in (first, second)]
+    assert serials[0] != serials[1]
+    assert [serial.bit_length() for serial in serials] == [159, 159]
+    assert [int(first.serial, 16), int(second.serial, 16)] == serials
+    assert re.fullmatch("[0-9a-f]{40}", first.serial)
+
+
+@pytest.mark.usefixtures("secretsmanager")
+def test_each_pool_has_its_own_ca_and_certificates_do_not_cross_pools(csrs: Csrs, ossl: OpensslTool) -> None:
+    # Given certificates issued in two pools of one tenant and the same pool name in another tenant
+    east = issue(csrs["p256"].pem, pool="gpu-east")
+    west = issue(csrs["p256"].pem, pool="gpu-west")
+    other_tenant = issue(csrs["p256"].pem, tenant="globex", pool="gpu-east")
+    # Then there are three CAs, and each certificate verifies only under its own pool's CA
+    assert len({east.ca_certificates_pem, west.ca_certificates_pem, other_tenant.ca_certificates_pem}) == 3
+    assert ossl.verify(west.ca_certificates_pem, east.certificate_pem).returncode != 0
+    assert ossl.verify(east.ca_certificates_pem, other_tenant.certificate_pem).returncode != 0
+    assert ossl.verify(other_tenant.ca_certificates_pem, other_tenant.certificate_pem).returncode == 0
+
+
+# --- the pool CA --------------------------------------------------------------------------------------
+
+
+def test_the_pool_ca_is_created_on_first_use_and_stored_in_secrets_manager(secretsmanager: Any) -> None:
+    # Given a pool that never issued a certificate
+    # When its CA certificate is asked for
+    ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
+    # Then a P-256 CA with the pinned profile exists
+    ca_cert = certificate(ca_pem)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Joinplane pool CA acme/gpu-east")])
+    assert ca_cert.subject == ca_cert.issuer == name
+    assert isinstance(ca_cert.public_key(), ec.EllipticCurvePublicKey)
+    assert isinstance(ca_cert.public_key().curve, ec.SECP256R1)
+    basic = ca_cert.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert basic.critical and basic.value.ca and basic.value.path_length == 0
+    usage = ca_cert.extensions.get_extension_for_class(x509.KeyUsage)
+    assert (
+        usage.critical
+        and usage.value.key_cert_sign
+        and usage.value.crl_sign
+        and not usage.value.digital_signature
+    )
+    ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    validity = ca_cert.not_valid_after_utc - ca_cert.not_valid_before_utc
+    assert validity == timedelta(days=3650, minutes=5)
+    ca_cert.verify_directly_issued_by(ca_cert)
+    # And the key and certificate are stored as JSON under <prefix>/<tenant>/<pool>
+    stored = json.loads(
+        secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"]
+    )
+    assert set(stored) == {"keyPem", "certificatePem"}
+    assert stored["certificatePem"] == ca_pem
+    key = serialization.load_pem_private_key(stored["keyPem"].encode(), password=None)
+    assert key.public_key() == ca_cert.public_key()
+
+
+def test_the_secret_prefix_comes_from_settings(secretsmanager: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CA_SECRET_PREFIX", "staging/pool-cas")
+    settings.cache_clear()
+    ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
+    stored = secretsmanager.get_secret_value(SecretId="staging/pool-cas/acme/gpu-east")["SecretString"]
+    assert json.loads(stored)["certificatePem"] == ca_pem
+
+
+def test_a_warm_container_reads_secrets_manager_once_and_a_cold_one_reuses_the_stored_ca(
+    secretsmanager: Any, csrs: Csrs, ossl: OpensslTool
+) -> None:
+    # Given a count of every Secrets Manager call the CA module makes
+    calls: list[str] = []
+    secretsmanager.meta.events.register(
+        "before-call.secrets-manager.*", lambda model, **_: calls.append(model.name)
+    )
+    # When one container issues three certificates for a new pool
+    first = issue(csrs["p256"].pem)
+    issue(csrs["p256"].pem)
+    issue(csrs["ed25519"].pem)
+    # Then it asked Secrets Manager once, found nothing, and created the CA once
+    assert calls == ["GetSecretValue", "CreateSecret"]
+    # And a cold container (empty cache) reads the stored CA instead of making another
+    ca.reset()
+    later = issue(csrs["p256"].pem)
+    assert calls == ["GetSecretValue", "CreateSecret", "GetSecretValue"]
+    assert later.ca_certificates_pem == first.ca_certificates_pem
+    assert ossl.verify(first.ca_certificates_pem, later.certificate_pem).returncode == 0
+
+
+def test_a_malformed_ca_secret_is_an_internal_error_and_is_not_replaced(
+    secretsmanager: Any, csrs: Csrs
+) -> None:
+    secretsmanager.create_secret(Name="joinplane/ca/acme/gpu-east", SecretString='{"keyPem": "nope"}')
+    with pytest.raises(Internal, match="joinplane/ca/acme/gpu-east is malformed"):
+        issue(csrs["p256"].pem)
+    stored = secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"]
+    assert stored == '{"keyPem": "nope"}'
+
+
+def test_a_ca_secret_whose_key_does_not_match_its_certificate_is_refused(secretsmanager: Any) -> None:
+    # Given a stored CA whose key was replaced by another pool's key
+    ca.pool_ca_certificate_pem(TENANT, "other")
+    other = json.loads(secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/other")["SecretString"])
+    ca.pool_ca_certificate_pem(TENANT, POOL)
+    mine = json.loads(secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"])
+    secretsmanager.put_secret_value(
+        SecretId="joinplane/ca/acme/gpu-east", SecretString=json.dumps({**mine, "keyPem": other["keyPem"]})
+    )
+    ca.reset()
+    # When a cold container loads it / Then it refuses to sign with it
+    with pytest.raises(Internal, match="does not match its certificate"):
+        ca.pool_ca_certificate_pem(TENANT, POOL)
+
+
+@pytest.mark.usefixtures("secretsmanager")
+def test_a_certificate_never_outlives_its_ca(csrs: Csrs) -> None:
+    # Given a pool CA that expires in ten days
+    ca_cert = certificate(ca.pool_ca_certificate_pem(TENANT, POOL))
+    clock.advance((ca_cert.not_valid_after_utc - clock.now() - timedelta(days=10)).total_seconds())
+    # When a 30-day certificate is asked for / Then it ends with the CA
+    issued = issue(csrs["p256"].pem, lifetime=THIRTY_DAYS)
+    assert issued.expires_at == ca_cert.not_valid_after_utc
+    # And once the CA is about to expire, issuing is refused rather than handing out a dead certificate
+    clock.advance(timedelta(days=10).total_seconds() - 60)
+    with pytest.raises(FailedPrecondition, match="expires at"):
+        issue(csrs["p256"].pem)
+
+
+@pytest.mark.usefixtures("secretsmanager")
+def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
+    csrs: Csrs, ossl: OpensslTool
+) -> None:
+    # Given the longest ids the brief allows, in two pools that differ only at the very end
+    tenant, pool_a, pool_b = "t" * 128, "p" * 127 + "a", "p" * 127 + "b"
+    # When certificates are issued in both
+    a = issue(csrs["p256"].pem, tenant=tenant, pool=pool_a, machine="m" * 64)
+    b = issue(csrs["p256"].pem, tenant=tenant, pool=pool_b, machine="m" * 64)
+    # Then each CA's CN fits X.520's 64 characters, the two names differ, and the SPIFFE id is whole
+    names = [certificate(i.ca_certificates_pem).subject.rfc4514_string() for i in (a, b)]
+    assert all(len(name) == len("CN=") + 64 and name.startswith("CN=Joinplane pool CA ttt") for name in names)
+    assert names[0] != names[1] and all("~" in name for name in names)
+    san = certificate(a.certificate_pem).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(n.value) for n in san] == [f"spiffe://{tenant}/pool/{pool_a}/machine/{'m' * 64}"]
+    # And openssl verifies each certificate under its own CA only
+    assert ossl.verify(a.ca_certificates_pem, a.certificate_pem).returncode == 0
+    assert ossl.verify(b.ca_certificates_pem, a.certificate_pem).returncode != 0
+
+
+@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.parametrize(
+    ("tenant", "pool", "machine", "message"),
+    [
+        ("acme/evil", POOL, "mach_01", "tenantId"),
+        ("", POOL, "mach_01", "tenantId"),
+        (TENANT, ".hidden", "mach_01", "poolId"),
+        (TENANT, "a/b", "mach_01", "poolId"),
+        (TENANT, POOL, "m#fragment", "machineId"),
+        (TENANT, POOL, "m" * 65, "machineId"),
+    ],
+)
+def test_ids_that_would_bend_the_spiffe_uri_or_the_secret_name_are_refused(
+    csrs: Csrs, tenant: str, pool: str, machine: str, message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        issue(csrs["p256"].pem, tenant=tenant, pool=pool, machine=machine)
+
+
+def test_losing_the_create_race_adopts_the_winners_ca_once_it_is_readable(
+    secretsmanager: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given another container's CA that wins CreateSecret but is not readable at once (Secrets
+    # Manager is eventually consistent)
+    winner = ca._new_pool_ca_secret(TENANT, POOL)
+    monkeypatch.setattr(ca.time, "sleep", lambda seconds: None)
+    with Stubber(secretsmanager) as stub:
+        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
+        stub.add_client_error("create_secret", "ResourceExistsException", http_status_code=400)
+        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
+        stub.add_response("get_secret_value", {"Name": "n", "SecretString": winner})
+        # When this container asks for the pool's CA
+        ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
+        stub.assert_no_pending_responses()
+    # Then it uses the winner's CA, not the one it generated
+    assert ca_pem == json.loads(winner)["certificatePem"]
+
+
+def test_a_won_race_whose_ca_never_becomes_readable_is_unavailable(
+    secretsmanager: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(ca.time, "sleep", slept.append)
+    with Stubber(secretsmanager) as stub:
+        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
+        stub.add_client_error("create_secret", "ResourceExistsException", http_status_code=400)
+        for _ in range(4):
+            stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
+        with pytest.raises(Unavailable, match="being created"):
+            ca.pool_ca_certificate_pem(TENANT, POOL)
+    # It waited a bounded, short time (a Lambda must answer) before giving up
+    assert sum(slept) < 2
+
+
+@pytest.mark.parametrize("operation", ["get_secret_value", "create_secret"])
+@pytest.mark.parametrize("code", ["ThrottlingException", "InternalServiceError", "ServiceUnavailable"])
+def test_throttling_and_outages_are_unavailable(secretsmanager: Any, operation: str, code: str) -> None:
+    # Given Secrets Manager answering this call with a transient failure
+    with Stubber(secretsmanager) as stub:
+        if operation == "create_secret":
+            stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
+        stub.add_client_error(operation, code, http_status_code=500 if "Internal" in code else 400)
+        # When the pool CA is needed / Then the caller is told to retry
+        with pytest.raises(Unavailable):
+            ca.pool_ca_certificate_pem(TENANT, POOL)
+
+
+def test_an_unreachable_secrets_manager_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port}")
+    aws.reset()
+    with pytest.raises(Unavailable):
+        ca.pool_ca_certificate_pem(TENANT, POOL)
+
+
+def test_access_denied_is_not_disguised_as_unavailable(secretsmanager: Any) -> None:
+    # A missing IAM permission will not fix itself; telling callers to retry would hide it.
+    with Stubber(secretsmanager) as stub:
+        stub.add_client_error("get_secret_value", "AccessDeniedException", http_status_code=400)
+        with pytest.raises(Exception) as raised:
+            ca.pool_ca_certificate_pem(TENANT, POOL)
+    assert not isinstance(raised.value, Unavailable)
+
+
+# --- the race for a new pool's CA -----------------------------------------------------------------
+
+
+class _Forgetful(dict[tuple[str, str], Any]):
+    """A CA cache that remembers nothing, so every thread really asks Secrets Manager."""
+
+    def __setitem__(self, key: tuple[str, str], value: Any) -> None:
+        pass
+
+
+def stored_ca_pem(pool: str) -> str:
+    secret = aws.client("secretsmanager").get_secret_value(SecretId=f"joinplane/ca/{TENANT}/{pool}")
+    return str(json.loads(secret["SecretString"])["certificatePem"])
+
+
+@pytest.mark.usefixtures("moto_server")
+def test_eight_lambdas_racing_for_a_new_pool_all_get_the_one_stored_ca(
+    monkeypatch: pytest.MonkeyPatch, run_together: Callable[[int, Callable[[], Any]], list[Any]]
+) -> None:
+    # Given eight containers with cold caches and one Secrets Manager
+    monkeypatch.setattr(ca, "_cache", _Forgetful())
+    # When they all ask for a fresh pool's CA at the same moment
+    results = run_together(8, lambda: ca.pool_ca_certificate_pem(TENANT, RACE_NATURAL))
+    # Then they all got the same CA, the one that is stored
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert set(results) == {stored_ca_pem(RACE_NATURAL)}
+
+
+@pytest.mark.usefixtures("moto_server")
+def test_when_every_lambda_sees_no_ca_one_create_wins_and_the_losers_adopt_it(
+    monkeypatch: pytest.MonkeyPatch, run_together: Callable[[int, Callable[[], Any]], list[Any]]
+) -> None:
+    # Given eight cold containers that all read "no CA yet" before any of them creates one: the
+    # barrier forces the worst interleaving rather than hoping the scheduler produces it.
+    monkeypatch.setattr(ca, "_cache", _Forgetful())
+    everyone_has_read = threading.Barrier(8)
+    first_read_done = threading.local()
+    real_read, real_create = ca._read_ca_secret, ca._create_ca_secret
+    creates: list[bool] = []
+
+    def read(name: str) -> str | None:
+        stored = real_read(name)
+        if not getattr(first_read_done, "value", False):
+            first_read_done.value = True
+            everyone_has_read.wait(timeout=30)
+        return stored
+
+    def create(name: str, secret_string: str) -> bool:
+        created = real_create(name, secret_string)
+        creates.append(created)
+        return created
+
+    monkeypatch.setattr(ca, "_read_ca_secret", read)
+    monkeypatch.setattr(ca, "_create_ca_secret", create)
+    # When they all generate a CA and try to create it
+    results = run_together(8, lambda: ca.pool_ca_certificate_pem(TENANT, RACE_FORCED))
+    # Then exactly one create won, the seven losers read the winner's CA, and everyone uses it
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert sorted(creates) == [False] * 7 + [True]
+    assert set(results) == {stored_ca_pem(RACE_FORCED)}
+
+
+def naive_pool_ca_certificate_pem(
+    tenant_id: str, pool_id: str, between_read_and_write: Callable[[], Any]
+) -> str:
+    """The tempting version: read, and if there is no CA, generate one and PutSecretValue it. Every
+    writer believes its own CA is the pool's; the last write silently replaces the others."""
+    client = aws.client("secretsmanager")
+    name = f"{settings().ca_secret_prefix}/{tenant_id}/{pool_id}"
+    try:
+        return str(json.loads(client.get_secret_value(SecretId=name)["SecretString"])["certificatePem"])
+    except client.exceptions.ResourceNotFoundException:
+        pass
+    between_read_and_write()
+    secret_string = ca._new_pool_ca_secret(tenant_id, pool_id)
+    client.put_secret_value(SecretId=name, SecretString=secret_string)
+    return str(json.loads(secret_string)["certificatePem"])
+
+
+@pytest.mark.usefixtures("moto_server")
+def test_the_naive_overwrite_variant_hands_out_several_cas_for_one_pool(
+    run_together: Callable[[int, Callable[[], Any]], list[Any]],
+) -> None:
+    # Given the pool's secret provisioned empty (PutSecretValue needs it to exist), as a template would
+    aws.client("secretsmanager").create_secret(Name=f"joinplane/ca/{TENANT}/{RACE_NAIVE}")
+    # And the read-then-write interleaving forced by a barrier: left to the scheduler, whether two
+    # threads both read before the first write depends on timing, and a test must not.
+    everyone_has_read = threading.Barrier(8)
+    # When eight containers race the naive variant
+    results = run_together(
+        8,
+        lambda: naive_pool_ca_certificate_pem(TENANT, RACE_NAIVE, lambda: everyone_has_read.wait(timeout=30)),
+    )
+    # Then they were handed different CAs, and at most one of them is the CA that is stored: machines
+    # joined by the others hold certificates no verifier for the pool will accept
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert len(set(results)) >= 2
+    assert sum(result == stored_ca_pem(RACE_NAIVE) for result in results) <= 1
