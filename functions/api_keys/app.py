@@ -3,24 +3,24 @@
 from typing import Any
 
 from joinplane import apikeys, operator_api
+from joinplane.http import HttpRequest
 
-app = operator_api.resolver()
-
-
-@app.post("/api/compute/apiKeys/create")
-def create() -> dict[str, Any]:
-    return apikeys.create(*operator_api.parse(app, apikeys.CreateApiKey))
+routes = operator_api.router()
 
 
-@app.post("/api/compute/apiKeys/list")
-def list_keys() -> dict[str, Any]:
-    return apikeys.list_keys(*operator_api.parse(app, apikeys.ListApiKeys))
+@routes.post("/api/compute/apiKeys/create")
+def create(request: HttpRequest) -> dict[str, Any]:
+    return apikeys.create(*operator_api.parse(request, apikeys.CreateApiKey))
 
 
-@app.post("/api/compute/apiKeys/revoke")
-def revoke() -> dict[str, Any]:
-    return apikeys.revoke(*operator_api.parse(app, apikeys.RevokeApiKey))
+@routes.post("/api/compute/apiKeys/list")
+def list_keys(request: HttpRequest) -> dict[str, Any]:
+    return apikeys.list_keys(*operator_api.parse(request, apikeys.ListApiKeys))
 
 
-def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+@routes.post("/api/compute/apiKeys/revoke")
+def revoke(request: HttpRequest) -> dict[str, Any]:
+    return apikeys.revoke(*operator_api.parse(request, apikeys.RevokeApiKey))
+
+
+lambda_handler = routes.handle

@@ -8,11 +8,11 @@ Authorization header for ReauthorizeEvery (300 s), so a revoked key stops workin
 
 from typing import Any
 
-from joinplane import apikeys
+from joinplane import keyauth
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     header = (event.get("headers") or {}).get("authorization", "")
     scheme, _, bearer = header.partition(" ")
-    principal = apikeys.verify(bearer.strip()) if scheme.lower() == "bearer" else None
-    return {"isAuthorized": True, "context": apikeys.authorizer_context(principal)}
+    principal = keyauth.verify(bearer.strip()) if scheme.lower() == "bearer" else None
+    return {"isAuthorized": True, "context": keyauth.authorizer_context(principal)}

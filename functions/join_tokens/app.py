@@ -3,24 +3,24 @@
 from typing import Any
 
 from joinplane import operator_api, tokens
+from joinplane.http import HttpRequest
 
-app = operator_api.resolver()
-
-
-@app.post("/api/compute/joinTokens/create")
-def create() -> dict[str, Any]:
-    return tokens.create(*operator_api.parse(app, tokens.CreateJoinToken))
+routes = operator_api.router()
 
 
-@app.post("/api/compute/joinTokens/list")
-def list_tokens() -> dict[str, Any]:
-    return tokens.list_tokens(*operator_api.parse(app, tokens.ListJoinTokens))
+@routes.post("/api/compute/joinTokens/create")
+def create(request: HttpRequest) -> dict[str, Any]:
+    return tokens.create(*operator_api.parse(request, tokens.CreateJoinToken))
 
 
-@app.post("/api/compute/joinTokens/revoke")
-def revoke() -> dict[str, Any]:
-    return tokens.revoke(*operator_api.parse(app, tokens.RevokeJoinToken))
+@routes.post("/api/compute/joinTokens/list")
+def list_tokens(request: HttpRequest) -> dict[str, Any]:
+    return tokens.list_tokens(*operator_api.parse(request, tokens.ListJoinTokens))
 
 
-def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+@routes.post("/api/compute/joinTokens/revoke")
+def revoke(request: HttpRequest) -> dict[str, Any]:
+    return tokens.revoke(*operator_api.parse(request, tokens.RevokeJoinToken))
+
+
+lambda_handler = routes.handle

@@ -3,34 +3,34 @@
 from typing import Any
 
 from joinplane import operator_api, pools
+from joinplane.http import HttpRequest
 
-app = operator_api.resolver()
-
-
-@app.post("/api/compute/pools/create")
-def create() -> dict[str, Any]:
-    return pools.create(*operator_api.parse(app, pools.CreatePool))
+routes = operator_api.router()
 
 
-@app.post("/api/compute/pools/get")
-def get() -> dict[str, Any]:
-    return pools.get(*operator_api.parse(app, pools.PoolRef))
+@routes.post("/api/compute/pools/create")
+def create(request: HttpRequest) -> dict[str, Any]:
+    return pools.create(*operator_api.parse(request, pools.CreatePool))
 
 
-@app.post("/api/compute/pools/list")
-def list_pools() -> dict[str, Any]:
-    return pools.list_pools(*operator_api.parse(app, pools.ListPools))
+@routes.post("/api/compute/pools/get")
+def get(request: HttpRequest) -> dict[str, Any]:
+    return pools.get(*operator_api.parse(request, pools.PoolRef))
 
 
-@app.post("/api/compute/pools/update")
-def update() -> dict[str, Any]:
-    return pools.update(*operator_api.parse(app, pools.UpdatePool))
+@routes.post("/api/compute/pools/list")
+def list_pools(request: HttpRequest) -> dict[str, Any]:
+    return pools.list_pools(*operator_api.parse(request, pools.ListPools))
 
 
-@app.post("/api/compute/pools/archive")
-def archive() -> dict[str, Any]:
-    return pools.archive(*operator_api.parse(app, pools.PoolRef))
+@routes.post("/api/compute/pools/update")
+def update(request: HttpRequest) -> dict[str, Any]:
+    return pools.update(*operator_api.parse(request, pools.UpdatePool))
 
 
-def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+@routes.post("/api/compute/pools/archive")
+def archive(request: HttpRequest) -> dict[str, Any]:
+    return pools.archive(*operator_api.parse(request, pools.PoolRef))
+
+
+lambda_handler = routes.handle

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from joinplane import apikeys, credentials, pools, store
+from joinplane import apikeys, credentials, keyauth, pools, store
 from joinplane.errors import AlreadyExists
 from joinplane.grants import Grant
 
@@ -18,13 +18,13 @@ def install_admin_key(tenant_id: str, secret: str | None, description: str) -> s
     grants = [Grant.parse(g) for g in ADMIN_GRANTS]
     minted, item = apikeys.new_key_item(tenant_id, grants, description, created_by="bootstrap")
     if secret is not None:
-        parsed = credentials.parse(secret, apikeys.SECRET_PREFIX)
+        parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
         if parsed is None:
             raise SystemExit(
                 "JOINPLANE_DEV_ADMIN_KEY must look like jpk_<26 base32>_<32 base32>; "
                 "leave it unset to get a fresh key printed"
             )
-        key_id = f"{apikeys.ID_PREFIX}_{parsed.ulid}"
+        key_id = f"{keyauth.ID_PREFIX}_{parsed.ulid}"
         item.update(
             pk=f"APIKEY#{key_id}", gsi1sk=key_id, keyId=key_id, secretSha256=credentials.digest(secret)
         )
@@ -35,7 +35,7 @@ def install_admin_key(tenant_id: str, secret: str | None, description: str) -> s
 
 def seed_dev_tenant(admin_key: str | None) -> str:
     secret = install_admin_key(DEV_TENANT, admin_key, "local dev platform admin")
-    admin = apikeys.verify(secret)
+    admin = keyauth.verify(secret)
     assert admin is not None
     # A persistent endpoint (--endpoint-url) keeps the pool from an earlier run.
     with contextlib.suppress(AlreadyExists):

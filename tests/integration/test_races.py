@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from joinplane import apikeys, clock, pools, store
+from joinplane import clock, keyauth, pools, store
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
 
@@ -51,7 +51,7 @@ def request_for(index: int) -> pools.CreatePool:
 
 
 def test_concurrent_creates_of_one_pool_make_exactly_one(table: str) -> None:
-    admin = apikeys.verify(install_admin_key("acme", None, "t"))
+    admin = keyauth.verify(install_admin_key("acme", None, "t"))
     assert admin is not None
     # When 16 callers create the same pool at once
     results = release_together(lambda i: pools.create(admin, request_for(i)))
@@ -72,7 +72,7 @@ def test_the_naive_variant_lets_several_callers_believe_they_created_it(table: s
 
 
 def test_archive_racing_update_never_changes_an_archived_pool(table: str) -> None:
-    admin = apikeys.verify(install_admin_key("acme", None, "t"))
+    admin = keyauth.verify(install_admin_key("acme", None, "t"))
     assert admin is not None
     pools.create(admin, request_for(0))
     ref = pools.PoolRef(tenantId="acme", poolId="contested")

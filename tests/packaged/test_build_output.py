@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,9 +67,9 @@ def invoke_built(logical_id: str, event: dict[str, Any]) -> Any:
 
 
 def admin_context(key: str) -> dict[str, Any]:
-    from joinplane import apikeys
+    from joinplane import keyauth
 
-    return apikeys.authorizer_context(apikeys.verify(key))
+    return keyauth.authorizer_context(keyauth.verify(key))
 
 
 def route_event(path: str, body: dict[str, Any], key: str) -> dict[str, Any]:

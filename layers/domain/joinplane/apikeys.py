@@ -6,46 +6,38 @@ Stored item: `APIKEY#<keyId>` / `APIKEY`, listed per tenant through gsi1. The se
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from joinplane import clock, credentials, ids, store
-from joinplane.errors import InvalidArgument, NotFound, PermissionDenied
+from joinplane.errors import NotFound, PermissionDenied
 from joinplane.grants import Grant, Principal, Resource
+from joinplane.keyauth import ID_PREFIX, SECRET_PREFIX, key_pk
+from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
 
-SECRET_PREFIX = "jpk"
-ID_PREFIX = "key"
-KEY_ID_PATTERN = r"^key_[0-9a-hjkmnp-tv-z]{26}$"
-TENANT_ID = r"^[A-Za-z0-9._:-]{1,128}$"
-DESCRIPTION = r"^[^\u0000-\u001f\u007f]*$"
+KEY_ID_PATTERN = rf"^key_{ULID}$"
 READ, WRITE = "iam:api-keys:read", "iam:api-keys:write"
-
-_Strict = ConfigDict(extra="forbid", strict=True)
 
 
 class CreateApiKey(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     grants: list[str] = Field(min_length=1, max_length=50)
-    description: str = Field(default="", max_length=256, pattern=DESCRIPTION)
+    description: str = Field(default="", max_length=256, pattern=TEXT)
 
 
 class ListApiKeys(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     limit: int = Field(default=100, ge=1, le=200)
     cursor: str | None = Field(default=None, pattern=KEY_ID_PATTERN)
 
 
 class RevokeApiKey(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     keyId: str = Field(pattern=KEY_ID_PATTERN)
-
-
-def _pk(key_id: str) -> str:
-    return f"APIKEY#{key_id}"
 
 
 def _tenant_index(tenant_id: str) -> str:
@@ -74,7 +66,7 @@ def new_key_item(
     key_id = f"{ID_PREFIX}_{ulid}"
     secret = credentials.mint(SECRET_PREFIX, ulid)
     item = {
-        "pk": _pk(key_id),
+        "pk": key_pk(key_id),
         "sk": "APIKEY",
         "gsi1pk": _tenant_index(tenant_id),
         "gsi1sk": key_id,
@@ -120,7 +112,7 @@ def revoke(principal: Principal, request: RevokeApiKey) -> dict[str, Any]:
     now = clock.rfc3339(clock.now())
     try:
         item = store.update(
-            _pk(request.keyId),
+            key_pk(request.keyId),
             "APIKEY",
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
             condition="tenantId = :tenant AND #state = :active",
@@ -139,44 +131,3 @@ def revoke(principal: Principal, request: RevokeApiKey) -> dict[str, Any]:
             raise NotFound("API key not found") from None
         item = current  # already revoked: revoking again changes nothing
     return _view(item)
-
-
-def verify(bearer: str) -> Principal | None:
-    """The authorizer's check: one GetItem, a constant-time digest comparison."""
-    parsed = credentials.parse(bearer, SECRET_PREFIX)
-    if parsed is None:
-        return None
-    item = store.get(_pk(f"{ID_PREFIX}_{parsed.ulid}"), "APIKEY", consistent=False)
-    if item is None or not credentials.matches(parsed.secret, item["secretSha256"]):
-        return None
-    if item.get("state") != "active":
-        return None
-    return Principal(item["keyId"], item["tenantId"], tuple(Grant.parse(g) for g in item["grants"]))
-
-
-def principal_from_context(context: dict[str, Any]) -> Principal | None:
-    """Rebuild the principal the authorizer put in the request context."""
-    import json
-
-    if not context.get("keyId") or not context.get("tenantId"):
-        return None
-    try:
-        grants = tuple(Grant.parse(g) for g in json.loads(context.get("grants", "[]")))
-    except (ValueError, InvalidArgument):
-        return None
-    return Principal(str(context["keyId"]), str(context["tenantId"]), grants)
-
-
-def authorizer_context(principal: Principal | None) -> dict[str, Any]:
-    import json
-
-    if principal is None:
-        return {}
-    return {
-        "keyId": principal.key_id,
-        "tenantId": principal.tenant_id,
-        "grants": json.dumps([str(g) for g in principal.grants]),
-    }
-
-
-ApiKeyState = Literal["active", "revoked"]

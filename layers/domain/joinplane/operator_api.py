@@ -1,23 +1,20 @@
 """The operator API's HTTP dialect, in one place: how a request becomes a (principal, model) pair
 and how every domain error becomes `{"error": {"code", "message", "details"}}` with its status.
 
-Handlers stay thin: `app = operator_api.resolver()`, then per route
-`principal, request = operator_api.parse(app, Model)` and a call into the domain.
+A handler file is `routes = operator_api.router()`, one decorated function per route calling
+`operator_api.parse(request, Model)` and the domain, and `lambda_handler = routes.handle`.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from pydantic import BaseModel, ValidationError
 
-from joinplane import apikeys
+from joinplane import keyauth
 from joinplane.errors import InvalidArgument, JoinplaneError, PayloadTooLarge, Unauthenticated
 from joinplane.grants import Principal
+from joinplane.http import HttpRequest, Router, json_response
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -35,51 +32,25 @@ STATUS = {
     "UNAVAILABLE": 503,
 }
 
-logger = Logger()
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def error_response(code: str, message: str, details: list[dict[str, Any]] | None = None) -> Response[str]:
-    body = {"error": {"code": code, "message": message, "details": details or []}}
-    return Response(status_code=STATUS.get(code, 500), content_type="application/json", body=json.dumps(body))
+def render_error(error: JoinplaneError) -> dict[str, Any]:
+    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    return json_response(STATUS.get(error.code, 500), body)
 
 
-def resolver() -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver()
-
-    @app.exception_handler(JoinplaneError)
-    def domain_error(error: JoinplaneError) -> Response[str]:
-        logger.info("request refused", extra={"code": error.code, "reason": error.message})
-        return error_response(error.code, error.message, error.details)
-
-    @app.exception_handler(Exception)
-    def unexpected(error: Exception) -> Response[str]:
-        logger.exception("unhandled error")
-        return error_response("INTERNAL", "internal error")
-
-    @app.not_found
-    def no_route(_: Exception) -> Response[str]:
-        return error_response("NOT_FOUND", "no such route")
-
-    return app
+def router() -> Router:
+    return Router(render_error)
 
 
-def principal(app: APIGatewayHttpResolver) -> Principal:
-    """The API key the authorizer resolved; the authorizer lets unknown keys through with an
-    empty context so that they get this envelope (API Gateway's own 403 body would not)."""
-    context = app.current_event.request_context.authorizer.get_lambda or {}
-    resolved = apikeys.principal_from_context(context)
+def principal(request: HttpRequest) -> Principal:
+    """The API key the authorizer resolved. The authorizer lets unknown keys through with an empty
+    context so that they get this envelope (API Gateway's own 403 body could not carry it)."""
+    resolved = keyauth.principal_from_context(request.authorizer)
     if resolved is None:
         raise Unauthenticated("a valid API key is required: Authorization: Bearer jpk_...")
     return resolved
-
-
-def body_bytes(event: Any) -> bytes:
-    raw = event.body or ""
-    data = base64.b64decode(raw) if event.is_base64_encoded else raw.encode()
-    if len(data) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"request body is {len(data)} bytes; the limit is {MAX_BODY_BYTES}")
-    return data
 
 
 def validate(model: type[Model], data: bytes) -> Model:
@@ -95,6 +66,9 @@ def validate(model: type[Model], data: bytes) -> Model:
         raise InvalidArgument(f"invalid request: {first['field']}: {first['reason']}", details) from None
 
 
-def parse(app: APIGatewayHttpResolver, model: type[Model]) -> tuple[Principal, Model]:
-    caller = principal(app)
-    return caller, validate(model, body_bytes(app.current_event))
+def parse(request: HttpRequest, model: type[Model]) -> tuple[Principal, Model]:
+    """Authenticate, refuse oversize bodies before reading them, then validate."""
+    caller = principal(request)
+    if request.body_size() > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is over the {MAX_BODY_BYTES}-byte limit")
+    return caller, validate(model, request.body())

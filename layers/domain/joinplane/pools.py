@@ -10,31 +10,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from joinplane import clock, store
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
 from joinplane.grants import Principal, Resource
-from joinplane.patterns import POOL_ID, SITE_ID, TENANT_ID, TEXT, WORKSPACE_ID
+from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
 READ, WRITE = "compute:pools:read", "compute:pools:write"
 DEFAULT_JOIN_REQUEST_TTL = 86_400
 DEFAULT_CERTIFICATE_TTL = 86_400
 MAX_CERTIFICATE_TTL = 30 * 86_400
 
-_Strict = ConfigDict(extra="forbid", strict=True)
 _Text = Field(default=None, max_length=1024, pattern=TEXT)
 
 
 class TelemetrySink(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     destination: str | None = _Text
     credential: str | None = _Text
     streamPrefix: str | None = _Text
 
 
 class Telemetry(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     enabled: bool | None = None
     streamPrefix: str | None = _Text
     logs: TelemetrySink | None = None
@@ -42,7 +41,7 @@ class Telemetry(BaseModel):
 
 
 class Billing(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     usageEndpoint: str | None = _Text
     usageToken: str | None = _Text
     costHookEndpoint: str | None = _Text
@@ -54,7 +53,7 @@ class BootstrapDefaults(BaseModel):
     """Seed 002's `controlplaneMachineBootstrapConfig`, less `workspaceId` and `poolName` (always
     the pool's own), plus `workerImage`: the image machines follow unless they pin their own."""
 
-    model_config = _Strict
+    model_config = STRICT
     controlplaneHttpUrl: str | None = _Text
     controlplaneGrpcHost: str | None = _Text
     controlplaneGrpcPort: int | None = Field(default=None, ge=0, le=65535)
@@ -72,12 +71,12 @@ class BootstrapDefaults(BaseModel):
 
 
 class ClusterSettings(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     requiredNodeVersion: str | None = Field(default=None, min_length=1, max_length=128, pattern=TEXT)
 
 
 class PoolRef(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     poolId: str = Field(pattern=POOL_ID)
 
@@ -104,7 +103,7 @@ class UpdatePool(PoolRef):
 
 
 class ListPools(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     siteId: str | None = Field(default=None, pattern=SITE_ID)
     state: str = Field(default="all", pattern="^(active|archived|all)$")

@@ -1,14 +1,15 @@
-"""The environment, parsed once per container into one model."""
+"""The environment, parsed once per container into one typed object.
+
+A frozen dataclass rather than a pydantic model: the authorizer reads it too, and its cold start
+should not pay for pydantic."""
 
 import functools
 import os
+from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
 
-
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True)
+class Settings:
     table_name: str
     event_bus_name: str = "default"
     # Secrets Manager name prefix for each pool's CA: `<prefix>/<tenantId>/<poolId>`.

@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-
 from joinplane import aws
 from joinplane.errors import Unavailable
 from joinplane.settings import settings
 
 Item = dict[str, Any]
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
 
 
 class ConditionFailed(Exception):
@@ -45,42 +41,56 @@ class TransactionCanceled(Exception):
         self.current = current
 
 
-def _to_wire(value: Any) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if isinstance(value, int):
-        return Decimal(value)
+def to_attribute(value: Any) -> dict[str, Any]:
+    """A Python value as a DynamoDB attribute value (the wire's typed JSON)."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int | float | Decimal):
+        return {"N": str(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bytes):
+        return {"B": value}
     if isinstance(value, Mapping):
-        return {k: _to_wire(v) for k, v in value.items()}
+        return {"M": {str(k): to_attribute(v) for k, v in value.items()}}
     if isinstance(value, list | tuple):
-        return [_to_wire(v) for v in value]
-    return value
+        return {"L": [to_attribute(v) for v in value]}
+    raise TypeError(f"cannot store {type(value).__name__}")
 
 
-def _from_wire(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {k: _from_wire(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_wire(v) for v in value]
-    if isinstance(value, set):
-        return sorted(_from_wire(v) for v in value)
-    return value
+def from_attribute(attribute: Mapping[str, Any]) -> Any:
+    ((kind, value),) = attribute.items()
+    if kind == "S" or kind == "B" or kind == "BOOL":
+        return value
+    if kind == "N":
+        number = Decimal(value)
+        return int(number) if number == number.to_integral_value() else float(number)
+    if kind == "NULL":
+        return None
+    if kind == "M":
+        return {k: from_attribute(v) for k, v in value.items()}
+    if kind == "L":
+        return [from_attribute(v) for v in value]
+    if kind in ("SS", "BS"):
+        return sorted(value)
+    if kind == "NS":
+        return sorted(from_attribute({"N": v}) for v in value)
+    raise TypeError(f"unknown attribute type {kind}")
 
 
 def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _serializer.serialize(_to_wire(v)) for k, v in item.items() if v is not None}
+    """An item for the wire; None-valued attributes are left out rather than stored as NULL."""
+    return {k: to_attribute(v) for k, v in item.items() if v is not None}
 
 
 def deserialize(raw: Mapping[str, Any]) -> Item:
-    return {k: _from_wire(_deserializer.deserialize(v)) for k, v in raw.items()}
+    return {k: from_attribute(v) for k, v in raw.items()}
 
 
 def _values(values: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: _serializer.serialize(_to_wire(v)) for k, v in (values or {}).items()}
+    return {k: to_attribute(v) for k, v in (values or {}).items()}
 
 
 def _table() -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from joinplane import clock, credentials, ids, pools, store
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
-from joinplane.patterns import POOL_ID, SITE_ID, TENANT_ID, TEXT, ULID
+from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
 
 SECRET_PREFIX = "jpt"
 ID_PREFIX = "jtok"
@@ -25,11 +25,9 @@ TOKEN_ID = rf"^jtok_{ULID}$"
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 
-_Strict = ConfigDict(extra="forbid", strict=True)
-
 
 class Attestation(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     discovery: Literal["off", "defer-unknown"] = "off"
     tpm: Literal["off", "defer-unlisted", "require"] = "off"
 
@@ -37,7 +35,7 @@ class Attestation(BaseModel):
 class TokenTarget(BaseModel):
     """Exactly one of `poolId` (a pool token) or `siteId` (a site token)."""
 
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     poolId: str | None = Field(default=None, pattern=POOL_ID)
     siteId: str | None = Field(default=None, pattern=SITE_ID)
@@ -63,7 +61,7 @@ class ListJoinTokens(TokenTarget):
 
 
 class RevokeJoinToken(BaseModel):
-    model_config = _Strict
+    model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     tokenId: str = Field(pattern=TOKEN_ID)
 

@@ -1,0 +1,52 @@
+"""Resolving an API key to its principal: the authorizer's whole path, and how the principal
+travels in the request context to the route. Free of pydantic on purpose: the authorizer runs
+before every operator request, so its cold start is the one users feel most."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from joinplane import credentials, store
+from joinplane.errors import InvalidArgument
+from joinplane.grants import Grant, Principal
+
+SECRET_PREFIX = "jpk"
+ID_PREFIX = "key"
+
+
+def key_pk(key_id: str) -> str:
+    return f"APIKEY#{key_id}"
+
+
+def verify(bearer: str) -> Principal | None:
+    """One GetItem by the id embedded in the secret, then a constant-time digest comparison."""
+    parsed = credentials.parse(bearer, SECRET_PREFIX)
+    if parsed is None:
+        return None
+    item = store.get(key_pk(f"{ID_PREFIX}_{parsed.ulid}"), "APIKEY", consistent=False)
+    if item is None or not credentials.matches(parsed.secret, item["secretSha256"]):
+        return None
+    if item.get("state") != "active":
+        return None
+    return Principal(item["keyId"], item["tenantId"], tuple(Grant.parse(g) for g in item["grants"]))
+
+
+def authorizer_context(principal: Principal | None) -> dict[str, Any]:
+    if principal is None:
+        return {}
+    return {
+        "keyId": principal.key_id,
+        "tenantId": principal.tenant_id,
+        "grants": json.dumps([str(g) for g in principal.grants]),
+    }
+
+
+def principal_from_context(context: dict[str, Any]) -> Principal | None:
+    if not context.get("keyId") or not context.get("tenantId"):
+        return None
+    try:
+        grants = tuple(Grant.parse(g) for g in json.loads(context.get("grants", "[]")))
+    except (ValueError, InvalidArgument):
+        return None
+    return Principal(str(context["keyId"]), str(context["tenantId"]), grants)
