@@ -235,6 +235,29 @@ def query(
     )
 
 
+def batch_get(keys: Iterable[tuple[str, str]], *, consistent: bool = True) -> dict[tuple[str, str], Item]:
+    """Several items in one BatchGetItem call (at most 100 keys; unprocessed keys are retried).
+    Returns the items found, by (pk, sk)."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return {}
+    if len(wanted) > 100:
+        raise ValueError("batch_get takes at most 100 keys")
+    found: dict[tuple[str, str], Item] = {}
+    request: dict[str, Any] = {
+        _table(): {"Keys": [serialize(key(pk, sk)) for pk, sk in wanted], "ConsistentRead": consistent}
+    }
+    for _ in range(5):
+        response = _call("batch_get_item", RequestItems=request)
+        for raw in response.get("Responses", {}).get(_table(), []):
+            item = deserialize(raw)
+            found[(item["pk"], item["sk"])] = item
+        request = response.get("UnprocessedKeys") or {}
+        if not request:
+            return found
+    raise Unavailable("the store is busy, retry later")
+
+
 @dataclass
 class Write:
     """One action of a transaction."""
