@@ -55,3 +55,9 @@ class Unavailable(JoinplaneError):
 
 class Internal(JoinplaneError):
     code = "INTERNAL"
+
+
+class Aborted(JoinplaneError):
+    """A concurrent request changed what this one decided on; retrying is safe."""
+
+    code = "ABORTED"

@@ -171,6 +171,8 @@ def create(principal: Principal, request: CreatePool) -> dict[str, Any]:
         "cluster": request.cluster.model_dump(exclude_none=True) if request.cluster else None,
         "createdAt": now,
         "updatedAt": now,
+        # Bumped by every change: joins cache pools and condition their transaction on this.
+        "version": 1,
     }
     site_pk, site_sk = site_key(request.tenantId, request.siteId)
     try:
@@ -217,8 +219,10 @@ def update(principal: Principal, request: UpdatePool) -> dict[str, Any]:
     values: dict[str, Any] = {f":v{i}": value for i, value in enumerate(changes.values())}
     sets = [f"#f{i} = :v{i}" for i, value in enumerate(changes.values()) if value is not None]
     removes = [f"#f{i}" for i, value in enumerate(changes.values()) if value is None]
+    sets.append("version = version + :one")
     expression = ("SET " + ", ".join(sets)) + (" REMOVE " + ", ".join(removes) if removes else "")
     values = {k: v for k, v in values.items() if v is not None}
+    values[":one"] = 1
     names["#state"] = "state"
     values[":active"] = "active"
     try:
@@ -242,10 +246,10 @@ def archive(principal: Principal, request: PoolRef) -> dict[str, Any]:
     try:
         item = store.update(
             *pool_key(request.tenantId, request.poolId),
-            update="SET #state = :archived, archivedAt = :now, updatedAt = :now",
+            update="SET #state = :archived, archivedAt = :now, updatedAt = :now, version = version + :one",
             condition="#state = :active",
             names={"#state": "state"},
-            values={":archived": "archived", ":now": now, ":active": "active"},
+            values={":archived": "archived", ":now": now, ":active": "active", ":one": 1},
         )
     except store.ConditionFailed as lost:
         if lost.current is None:

@@ -263,9 +263,9 @@ class Write:
     """One action of a transaction."""
 
     kind: str  # "Put" | "Update" | "ConditionCheck" | "Delete"
-    item: Item | None = None
     pk: str | None = None
     sk: str | None = None
+    item: Item | None = None
     update: str | None = None
     condition: str | None = None
     names: dict[str, str] = field(default_factory=dict)

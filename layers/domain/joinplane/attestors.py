@@ -1,0 +1,112 @@
+"""Attestors: checks that vote on a join. `admit`, `defer` (abstain: a person must decide) or
+`deny`. Any deny denies; else any defer defers; else admit.
+
+Each attestor here is a pure function of the request and of facts looked up beforehand (the
+discovery inventory, the TPM allow-list, hardware ids held by other machines), so the decision is
+reproducible and the lookups are counted in one place (`join.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from joinplane.join_wire import JoinMachineRequest
+
+ADMIT, DEFER, DENY = "admit", "defer", "deny"
+
+
+@dataclass(frozen=True)
+class Vote:
+    attestor: str
+    verdict: str
+    code: str
+    message: str
+
+    def reason(self) -> dict[str, str]:
+        return {"attestor": self.attestor, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the lookups found for this join."""
+
+    placeholders: tuple[tuple[str, str], ...] = ()
+    held_by_others: tuple[tuple[str, str], ...] = ()  # (field, value) another active machine holds
+    discovery_known: bool | None = None  # None: the policy is off, nothing was looked up
+    ek_sha256: str = ""
+    ek_listed: bool | None = None
+
+
+def hardware_ids(facts: Facts) -> list[Vote]:
+    votes = [
+        Vote("hardware-ids", DEFER, "placeholder_hardware_id", f"{field} is a placeholder: {why}")
+        for field, why in facts.placeholders
+    ]
+    votes += [
+        Vote(
+            "hardware-ids",
+            DEFER,
+            "duplicate_hardware_id",
+            f"{field} {value!r} is held by another active machine (a cloned image?)",
+        )
+        for field, value in facts.held_by_others
+    ]
+    return votes
+
+
+def discovery(policy: str, facts: Facts) -> list[Vote]:
+    if policy != "defer-unknown" or facts.discovery_known:
+        return []
+    return [
+        Vote(
+            "discovery", DEFER, "unknown_machine", "the site's discovery inventory does not list this machine"
+        )
+    ]
+
+
+def tpm(policy: str, facts: Facts) -> list[Vote]:
+    if policy == "off":
+        return []
+    if not facts.ek_sha256:
+        if policy == "require":
+            return [Vote("tpm", DENY, "tpm_required", "this join token requires a TPM endorsement key")]
+        return [Vote("tpm", DEFER, "tpm_missing", "no TPM endorsement key was presented")]
+    if not facts.ek_listed:
+        return [
+            Vote("tpm", DEFER, "tpm_unlisted", "the TPM endorsement key is on no allow-list of this site")
+        ]
+    return []
+
+
+def token_policy(token: dict[str, Any]) -> list[Vote]:
+    votes = []
+    if token.get("poolId") is None:
+        votes.append(
+            Vote("token", DEFER, "site_token", "a site token defers every join until a pool claims it")
+        )
+    if token.get("requireApproval"):
+        votes.append(
+            Vote("token", DEFER, "approval_required", "this join token requires an operator's approval")
+        )
+    return votes
+
+
+def evaluate(request: JoinMachineRequest, token: dict[str, Any], facts: Facts) -> list[Vote]:
+    """Every vote that is not a plain admit, in a stable order."""
+    del request  # the facts already carry what the attestors read from it
+    attestation = token.get("attestation") or {}
+    return [
+        *token_policy(token),
+        *hardware_ids(facts),
+        *discovery(attestation.get("discovery", "off"), facts),
+        *tpm(attestation.get("tpm", "off"), facts),
+    ]
+
+
+def verdict(votes: list[Vote]) -> str:
+    if any(v.verdict == DENY for v in votes):
+        return DENY
+    if any(v.verdict == DEFER for v in votes):
+        return DEFER
+    return ADMIT
