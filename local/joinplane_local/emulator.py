@@ -11,6 +11,7 @@ Joinplane's conditional writes must survive) are untouched.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto accepts any credentials
+    "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 
@@ -36,6 +37,7 @@ _ATOMIC_METHODS = (
     "batch_write_item",
 )
 _lock = threading.RLock()
+_MAX_SHARD_ITERATORS = 10_000
 
 
 def _make_dynamodb_requests_atomic() -> None:
@@ -70,9 +72,35 @@ class Emulator:
         """Forget every resource (moto's reset API), for a clean slate between tests."""
         import urllib.request
 
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10):  # noqa: S310 - loopback URL we built
+        url = f"{self.endpoint_url}/moto-api/reset"
+        request = urllib.request.Request(url, method="POST")  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(request, timeout=10):  # noqa: S310
             pass
+
+
+def _bound_stream_iterators() -> None:
+    """moto keeps every shard iterator it ever issued, and a stream poller asks for a new one
+    ten times a second. Real iterators expire after 15 minutes; here the oldest are dropped once
+    there are many, which no poller notices (each uses only its newest)."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    original = DynamoDBStreamsBackend.get_records
+    if getattr(original, "_joinplane_bounded", False):
+        return
+
+    @functools.wraps(original)
+    def get_records(self: Any, iterator_arn: str, limit: int) -> Any:
+        result = original(self, iterator_arn, limit)
+        iterators = self.shard_iterators
+        while len(iterators) > _MAX_SHARD_ITERATORS:
+            try:
+                iterators.pop(next(iter(iterators)), None)
+            except (RuntimeError, StopIteration):  # another request thread got there first
+                break
+        return result
+
+    get_records._joinplane_bounded = True  # type: ignore[attr-defined]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
 
 
 def start(port: int = 0) -> Emulator:
@@ -80,6 +108,9 @@ def start(port: int = 0) -> Emulator:
     from moto.server import ThreadedMotoServer
 
     _make_dynamodb_requests_atomic()
+    _bound_stream_iterators()
+    # Werkzeug logs every request at INFO; the local runtime polls many times a second.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()

@@ -20,7 +20,7 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"
 
 
-class _CfnLoader(yaml.SafeLoader):
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
     """YAML with CloudFormation's short-form intrinsics (`!Ref X` → `{"Ref": "X"}`)."""
 
 
@@ -33,7 +33,7 @@ def _intrinsic(loader: _CfnLoader, suffix: str, node: yaml.Node) -> dict[str, An
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
     else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        value = loader.construct_mapping(node, deep=True)
     return {name: value}
 
 

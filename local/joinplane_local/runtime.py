@@ -1,0 +1,319 @@
+"""One local run of the whole system: the HTTP API, the functions and their event sources.
+
+Three ways to reach AWS:
+- `embedded` (the default): a moto server in this process; resources created from the template.
+- `endpoint`: a moto_server or DynamoDB Local run separately (`--endpoint-url`); resources are
+  created where missing, so data survives restarts of this runtime.
+- `aws`: real AWS with the caller's own credentials and an already deployed stack; nothing is
+  created. The deployed stack runs its own stream, rule and schedule functions, so the workers
+  are off unless asked for, and the dev tenant (an admin key!) is only seeded when asked for.
+
+The functions read their configuration from the process environment, which the runtime sets for
+as long as it runs and puts back on `stop()`, so a test session can start and stop runtimes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TextIO
+
+from joinplane import aws
+from joinplane.settings import settings
+
+from . import emulator as embedded
+from .functions import Functions
+from .gateway import Gateway, Route
+from .template import REGION, TEMPLATE, Names, Template, create_resources, load
+from .workers import QUEUE_WAIT_SECONDS, STREAM_POLL_SECONDS, ClientFactory, Workers
+
+Mode = Literal["embedded", "endpoint", "aws"]
+MODES: tuple[Mode, ...] = ("embedded", "endpoint", "aws")
+AWS_STREAM_POLL_SECONDS = 0.25
+
+
+class _Environment:
+    """Changes to os.environ that can be put back exactly."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, str | None] = {}
+
+    def set(self, values: Mapping[str, str]) -> None:
+        for name, value in values.items():
+            self._saved.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def unset(self, name: str) -> None:
+        self._saved.setdefault(name, os.environ.get(name))
+        os.environ.pop(name, None)
+
+    def restore(self) -> None:
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved.clear()
+
+
+def client_factory(endpoint_url: str | None, region: str) -> ClientFactory:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(region_name=region)
+    # A long poll must end before the read timeout does.
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=2,
+        read_timeout=QUEUE_WAIT_SECONDS + 10,
+    )
+    lock = threading.Lock()  # boto3 sessions are not thread-safe; the clients they make are
+
+    def client(service: str) -> Any:
+        with lock:
+            return session.client(service, endpoint_url=endpoint_url, config=config)  # type: ignore[call-overload]
+
+    return client
+
+
+@dataclass
+class DevTenant:
+    tenant: str
+    site: str | None
+    pool: str | None
+
+
+@dataclass
+class Runtime:
+    url: str
+    mode: Mode
+    endpoint_url: str | None
+    admin_key: str | None
+    template: Template
+    functions: Functions
+    gateway: Gateway
+    workers: Workers
+    dev: DevTenant | None = None
+    _emulator: embedded.Emulator | None = field(default=None, repr=False)
+    _environment: _Environment = field(default_factory=_Environment, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def routes(self) -> list[Route]:
+        return self.gateway.routes
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until the stream and rule workers have delivered everything so far."""
+        return self.workers.drain(timeout)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        _shutdown(self.gateway, self.workers, self._emulator, self.functions, self._environment)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _shutdown(
+    gateway: Gateway | None,
+    workers: Workers | None,
+    emulator: embedded.Emulator | None,
+    functions: Functions | None,
+    environment: _Environment,
+) -> None:
+    if gateway is not None:
+        gateway.stop()
+    if workers is not None:
+        workers.stop()
+    if emulator is not None:
+        emulator.stop()
+    if functions is not None:
+        functions.unload()
+    environment.restore()
+    # Cached clients and settings were made for this run's endpoint and names.
+    aws.reset()
+    settings.cache_clear()
+
+
+def _stack_names(clients: ClientFactory, template: Template, stack_name: str) -> dict[str, str]:
+    """Physical names of the stack's resources, through the template's `!Ref` outputs."""
+    stacks = clients("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    physical = {}
+    for key, output in template.document.get("Outputs", {}).items():
+        value = output.get("Value")
+        if isinstance(value, dict) and set(value) == {"Ref"} and key in outputs:
+            physical[str(value["Ref"])] = outputs[key]
+    return physical
+
+
+def _only(template: Template, resource_type: str, option: str) -> str:
+    found = list(template.of_type(resource_type))
+    if len(found) != 1:
+        raise ValueError(f"{option} needs exactly one {resource_type} in the template, found {len(found)}")
+    return found[0]
+
+
+def _seed(log: TextIO) -> tuple[str | None, DevTenant | None]:
+    try:
+        from joinplane_local import seed
+    except ModuleNotFoundError as error:
+        print(f"[joinplane-local] not seeding a dev tenant: {error}", file=log, flush=True)
+        return None, None
+    key = seed.seed_dev_tenant(os.environ.get("JOINPLANE_DEV_ADMIN_KEY") or None)
+    dev = DevTenant(
+        tenant=str(getattr(seed, "DEV_TENANT", "dev")),
+        site=getattr(seed, "DEV_SITE", None),
+        pool=getattr(seed, "DEV_POOL", None),
+    )
+    return key, dev
+
+
+def start_runtime(
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    mode: Mode = "embedded",
+    endpoint_url: str | None = None,
+    stack_name: str | None = None,
+    table_name: str | None = None,
+    event_bus_name: str | None = None,
+    seed: bool | None = None,
+    workers: bool | None = None,
+    template_path: Path = TEMPLATE,
+    enforce_timeouts: bool = True,
+    log: TextIO | None = None,
+) -> Runtime:
+    """Start everything and return once the HTTP API answers.
+
+    `seed` and `workers` default to on, except in `aws` mode where they default to off.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    if mode == "endpoint" and not endpoint_url:
+        raise ValueError("endpoint mode needs endpoint_url")
+    if mode != "endpoint" and endpoint_url:
+        raise ValueError("endpoint_url is only for endpoint mode")
+    if mode != "aws" and (stack_name or table_name or event_bus_name):
+        raise ValueError("stack_name, table_name and event_bus_name are only for aws mode")
+    out = log or sys.stderr
+    seed = mode != "aws" if seed is None else seed
+    run_workers = mode != "aws" if workers is None else workers
+
+    environment = _Environment()
+    emulator: embedded.Emulator | None = None
+    gateway: Gateway | None = None
+    worker_set: Workers | None = None
+    functions: Functions | None = None
+    try:
+        if mode == "aws":
+            environment.unset("AWS_ENDPOINT_URL")
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or REGION
+        else:
+            # Never real credentials towards an emulator, whatever the shell holds.
+            environment.set(embedded.FAKE_CREDENTIALS)
+            environment.unset("AWS_SESSION_TOKEN")
+            environment.unset("AWS_PROFILE")
+            region = embedded.FAKE_CREDENTIALS["AWS_DEFAULT_REGION"]
+            if mode == "embedded":
+                emulator = embedded.start()
+                endpoint_url = emulator.endpoint_url
+            assert endpoint_url is not None
+            environment.set({"AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": region})
+        aws.reset()
+        settings.cache_clear()
+        clients = client_factory(endpoint_url, region)
+
+        document = load(template_path)
+        names = Names(region=region)
+        if mode == "aws":
+            names.account = clients("sts").get_caller_identity()["Account"]
+            if stack_name:
+                names.stack = stack_name
+                names.physical.update(_stack_names(clients, Template(document, Names()), stack_name))
+            probe = Template(document, Names())
+            if table_name:
+                names.physical[_only(probe, "AWS::DynamoDB::Table", "--table-name")] = table_name
+            if event_bus_name:
+                names.physical[_only(probe, "AWS::Events::EventBus", "--event-bus-name")] = event_bus_name
+            missing = [
+                logical_id
+                for kind in ("AWS::DynamoDB::Table", "AWS::Events::EventBus")
+                for logical_id in probe.of_type(kind)
+                if logical_id not in names.physical
+            ]
+            if missing:
+                raise ValueError(
+                    f"aws mode needs the deployed names of {', '.join(missing)}: "
+                    "give --stack-name, or --table-name and --event-bus-name"
+                )
+        template = Template(document, names)
+        if mode != "aws":
+            try:
+                create_resources(template, clients)
+            except Exception as error:
+                if mode == "embedded":
+                    raise
+                # DynamoDB Local serves tables only: the table is there, events go nowhere.
+                print(
+                    f"[joinplane-local] creating resources at {endpoint_url}: {error}", file=out, flush=True
+                )
+
+        environment.set(template.function_environment())
+        settings.cache_clear()
+        functions = Functions(template, base_dir=template_path.parent, enforce_timeouts=enforce_timeouts)
+        # A unique suffix keeps apart the rules and queues of runs sharing one account or emulator.
+        worker_set = Workers(
+            template,
+            functions,
+            clients,
+            log=out,
+            suffix=uuid.uuid4().hex[:8],
+            # DynamoDB Streams allows 5 GetRecords a second per shard; Lambda itself polls 4 times.
+            stream_poll_seconds=AWS_STREAM_POLL_SECONDS if mode == "aws" else STREAM_POLL_SECONDS,
+        )
+        if run_workers:
+            worker_set.start()  # before seeding: the stream consumers see the seed's writes
+        admin_key, dev = _seed(out) if seed else (None, None)
+        gateway = Gateway(template, functions, host=host, port=port, log=out)
+        worker_set.register_routes(gateway)
+        url = gateway.start()
+    except BaseException:
+        _shutdown(gateway, worker_set, emulator, functions, environment)
+        raise
+    return Runtime(
+        url=url,
+        mode=mode,
+        endpoint_url=endpoint_url,
+        admin_key=admin_key,
+        template=template,
+        functions=functions,
+        gateway=gateway,
+        workers=worker_set,
+        dev=dev,
+        _emulator=emulator,
+        _environment=environment,
+    )
+
+
+@contextmanager
+def running(**options: Any) -> Iterator[Runtime]:
+    runtime = start_runtime(**options)
+    try:
+        yield runtime
+    finally:
+        runtime.stop()

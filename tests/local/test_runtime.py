@@ -1,0 +1,40 @@
+"""start_runtime's modes and its care for the process environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+from joinplane_local.runtime import start_runtime
+
+from .conftest import FIXTURE_TEMPLATE, Local
+
+
+def test_endpoint_mode_serves_over_an_emulator_it_did_not_start(fresh: Local) -> None:
+    # Given: an emulator already running (the package runtime's), and the environment it set
+    endpoint = fresh.runtime.endpoint_url
+    assert endpoint is not None
+    environment = dict(os.environ)
+
+    # When
+    with start_runtime(
+        mode="endpoint", endpoint_url=endpoint, seed=False, workers=False, template_path=FIXTURE_TEMPLATE
+    ) as second:
+        with urllib.request.urlopen(second.url + "/items/second", timeout=10) as response:
+            event = json.loads(response.read())["event"]
+        served_endpoint = os.environ["AWS_ENDPOINT_URL"]
+
+    # Then: it served over that endpoint, and left the environment as it found it
+    assert second.endpoint_url == endpoint == served_endpoint
+    assert second.mode == "endpoint"
+    assert event["pathParameters"] == {"id": "second"}
+    assert dict(os.environ) == environment
+    assert fresh.call("GET", "/items/first").status == 200  # the first runtime is unharmed
+
+
+def test_the_embedded_runtime_never_hands_real_credentials_to_the_emulator(fresh: Local) -> None:
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "testing"
+    assert os.environ["AWS_ENDPOINT_URL"] == fresh.runtime.endpoint_url
+    assert "AWS_SESSION_TOKEN" not in os.environ
+    assert os.environ["TABLE_NAME"] == "joinplane-local-fixture-table"
