@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, clock, store
+from joinplane import aws, ca, clock, join, store
 from joinplane.settings import settings
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
@@ -34,8 +34,11 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
     create_resources(Template(load(), names), aws.client)
     os.environ["TABLE_NAME"] = names.physical["Table"]
     os.environ["EVENT_BUS_NAME"] = names.physical["EventBus"]
+    os.environ["CA_SECRET_PREFIX"] = f"jp-{suffix}/ca"
     settings.cache_clear()
     clock.reset()
+    join.reset_caches()
+    ca.reset()
     yield names.physical["Table"]
     clock.reset()
 

@@ -84,7 +84,17 @@ def http_event(
     return event
 
 
-FOLDER_OF = {"apiKeys": "api_keys", "pools": "pools", "joinTokens": "join_tokens"}
+FOLDER_OF = {
+    "apiKeys": "api_keys",
+    "pools": "pools",
+    "joinTokens": "join_tokens",
+    "machines": "machines",
+    "discovery": "discovery",
+    "tpmAllowList": "tpm_allow_list",
+    "joinRequests": "join_requests",
+    "auditEvents": "audit_events",
+    "clusters": "clusters",
+}
 
 
 @dataclass
@@ -106,4 +116,14 @@ def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> 
     payload = raw if raw is not None else json.dumps(body).encode()
     event = http_event(path, payload, headers, authorizer=authorizer["context"])
     result = load_function(FOLDER_OF[family]).lambda_handler(event, LambdaContext())
+    return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
+
+
+def join(
+    body: Any, *, bearer: str | None = None, raw: bytes | None = None, path: str = "/machines/join"
+) -> Reply:
+    """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer."""
+    headers = {"authorization": f"Bearer {bearer}"} if bearer is not None else {}
+    payload = raw if raw is not None else json.dumps(body).encode()
+    result = load_function("machine_join").lambda_handler(http_event(path, payload, headers), LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from joinplane import apikeys, pools, tokens
+from joinplane import apikeys, discovery, join_requests, machines, pools, tokens, tpm_allow
 from joinplane_local.template import Template, load
 
 REQUESTS: dict[str, tuple[type[BaseModel], str]] = {
@@ -36,6 +36,24 @@ REQUESTS: dict[str, tuple[type[BaseModel], str]] = {
     ),
     "/api/compute/joinTokens/list": (tokens.ListJoinTokens, "List a pool's or a site's join tokens."),
     "/api/compute/joinTokens/revoke": (tokens.RevokeJoinToken, "Revoke a join token."),
+    "/api/compute/joinRequests/list": (
+        join_requests.ListJoinRequests,
+        "List the join requests a pool can decide.",
+    ),
+    "/api/compute/joinRequests/approve": (
+        join_requests.ApproveJoinRequest,
+        "Approve a pending join request.",
+    ),
+    "/api/compute/joinRequests/reject": (join_requests.DecideJoinRequest, "Reject a join request."),
+    "/api/compute/machines/list": (machines.ListMachines, "List a pool's machines."),
+    "/api/compute/machines/get": (machines.MachineRef, "Get one machine."),
+    "/api/compute/machines/revoke": (machines.RevokeMachine, "Revoke (ban) a machine."),
+    "/api/compute/discovery/register": (discovery.RegisterEntry, "Register a machine the site expects."),
+    "/api/compute/discovery/list": (discovery.ListEntries, "List a site's discovery inventory."),
+    "/api/compute/discovery/remove": (discovery.RemoveEntry, "Remove a discovery entry."),
+    "/api/compute/tpmAllowList/add": (tpm_allow.AddKey, "Allow a TPM endorsement key at a site."),
+    "/api/compute/tpmAllowList/list": (tpm_allow.ListKeys, "List a site's allowed TPM endorsement keys."),
+    "/api/compute/tpmAllowList/remove": (tpm_allow.RemoveKey, "Remove an allowed TPM endorsement key."),
 }
 
 ERROR = {
@@ -70,11 +88,13 @@ ERROR = {
 
 
 def routes() -> list[str]:
+    """The operator routes (`/api/compute/...`). The machine-facing routes speak the seeds' own
+    dialects and are documented by the seeds themselves."""
     template = Template(load())
     found = []
     for resource in template.of_type("AWS::Serverless::Function").values():
         for event in resource.get("Properties", {}).get("Events", {}).values():
-            if event.get("Type") == "HttpApi":
+            if event.get("Type") == "HttpApi" and event["Properties"]["Path"].startswith("/api/compute/"):
                 found.append(event["Properties"]["Path"])
     return sorted(found)
 

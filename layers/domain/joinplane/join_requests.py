@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from joinplane import clock
+from pydantic import BaseModel, Field
+
+from joinplane import clock, pools, store
+from joinplane.errors import InvalidState, NotFound
+from joinplane.grants import Principal
+from joinplane.wire import POOL_ID, STRICT, TENANT_ID
 
 ID_PREFIX = "jreq"
 RETENTION_SECONDS = 30 * 86_400  # DynamoDB TTL deletes a request this long after its expiry
@@ -104,3 +109,146 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
         "consumedAt": item.get("consumedAt"),
         "machineId": item.get("machineId"),
     }
+
+
+# --- seed 001: the approval queue -----------------------------------------------------------
+
+REQUEST_ID = r"^jreq_[0-9a-hjkmnp-tv-z]{26,52}$"
+REASON = r"^[^\u0000-\u001f\u007f]*$"
+DECIDE = "compute:join-tokens:create"
+READ = "compute:join-tokens:read"
+
+
+class DecideJoinRequest(BaseModel):
+    model_config = STRICT
+    tenantId: str = Field(max_length=128, pattern=TENANT_ID)
+    poolId: str = Field(max_length=128, pattern=POOL_ID)
+    requestId: str = Field(max_length=64, pattern=REQUEST_ID)
+    reason: str | None = Field(default=None, max_length=256, pattern=REASON)
+
+
+class ApproveJoinRequest(DecideJoinRequest):
+    ttlSeconds: int = Field(default=3600, ge=60, le=86_400)
+
+
+def _visible(pool: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """A request the pool can decide: its own, or an unclaimed one of its site; else NOT_FOUND."""
+    item = store.get(*request_key(request_id))
+    if item is None or item["tenantId"] != pool["tenantId"]:
+        raise NotFound("join request not found")
+    if item.get("poolId") not in (None, pool["poolId"]) or item["siteId"] != pool["siteId"]:
+        raise NotFound("join request not found")
+    return item
+
+
+def approve(principal: Principal, request: ApproveJoinRequest) -> dict[str, Any]:
+    """pending → approved, claiming a site request for this pool, in one conditional write. An
+    approval already made for this pool is returned unchanged (and publishes nothing)."""
+    pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
+    item = _visible(pool, request.requestId)
+    state = state_now(item)
+    if state == "approved" and item.get("poolId") == pool["poolId"]:
+        return view(item)
+    if state != "pending":
+        raise InvalidState(f"join request is {state}; only a pending request can be approved")
+    if pool["state"] != "active":
+        raise InvalidState("pool is archived")
+    now = clock.epoch()
+    expires = int(now) + request.ttlSeconds
+    values: dict[str, Any] = {
+        ":approved": "approved",
+        ":pending": "pending",
+        ":pool": pool["poolId"],
+        ":now": int(now),
+        ":expiresAt": clock.rfc3339(expires),
+        ":expiresAtEpoch": expires,
+        ":decidedAt": clock.rfc3339(now),
+        ":by": principal.key_id,
+        ":partition": list_partition(pool["tenantId"], pool["siteId"], pool["poolId"], "approved"),
+        ":ttl": expires + RETENTION_SECONDS,
+    }
+    update = (
+        "SET #state = :approved, poolId = :pool, expiresAt = :expiresAt, expiresAtEpoch = :expiresAtEpoch, "
+        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl"
+    )
+    if request.reason:
+        update += ", reason = :reason"
+        values[":reason"] = request.reason
+    try:
+        written = store.update(
+            *request_key(request.requestId),
+            update=update,
+            condition=(
+                "#state = :pending AND expiresAtEpoch > :now "
+                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
+            ),
+            names={"#state": "state", "#ttl": "ttl"},
+            values=values,
+        )
+    except store.ConditionFailed as lost:
+        current = lost.current
+        if (
+            current is not None
+            and state_now(current) == "approved"
+            and current.get("poolId") == pool["poolId"]
+        ):
+            return view(current)  # a concurrent approval for this pool won: report what it wrote
+        if current is not None and current.get("poolId") not in (None, pool["poolId"]):
+            raise NotFound("join request not found") from None
+        state = state_now(current) if current else "expired"
+        raise InvalidState(f"join request is {state}; only a pending request can be approved") from None
+    return view(written)
+
+
+def reject(principal: Principal, request: DecideJoinRequest) -> dict[str, Any]:
+    """pending or approved-but-unused → rejected. Already rejected: unchanged. The machine's later
+    retry with that CSR is refused (7)."""
+    pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
+    item = _visible(pool, request.requestId)
+    state = state_now(item)
+    if state == "rejected":
+        return view(item)
+    if state not in ("pending", "approved"):
+        raise InvalidState(f"join request is {state}; it can no longer be rejected")
+    now = clock.epoch()
+    values: dict[str, Any] = {
+        ":rejected": "rejected",
+        ":pending": "pending",
+        ":approved": "approved",
+        ":now": int(now),
+        ":decidedAt": clock.rfc3339(now),
+        ":by": principal.key_id,
+        ":pool": pool["poolId"],
+        ":partition": list_partition(item["tenantId"], item["siteId"], item.get("poolId"), "rejected"),
+    }
+    update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
+    if request.reason:
+        update += ", reason = :reason"
+        values[":reason"] = request.reason
+    try:
+        written = store.update(
+            *request_key(request.requestId),
+            update=update,
+            condition=(
+                "(#state = :pending OR #state = :approved) AND expiresAtEpoch > :now "
+                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
+            ),
+            names={"#state": "state"},
+            values=values,
+        )
+    except store.ConditionFailed as lost:
+        current = lost.current
+        if current is not None and current["state"] == "rejected":
+            return view(current)
+        state = state_now(current) if current else "expired"
+        raise InvalidState(f"join request is {state}; it can no longer be rejected") from None
+    return view(written)
+
+
+class ListJoinRequests(BaseModel):
+    model_config = STRICT
+    tenantId: str = Field(max_length=128, pattern=TENANT_ID)
+    poolId: str = Field(max_length=128, pattern=POOL_ID)
+    state: str = Field(default="pending", pattern="^(pending|approved|rejected|expired|consumed|all)$")
+    limit: int = Field(default=100, ge=1, le=200)
+    cursor: str | None = Field(default=None, max_length=64, pattern=REQUEST_ID)

@@ -147,7 +147,8 @@ class JoinMachineRequest:
     gpu: tuple[str, ...] = ()
     gpuCount: int = 0
     preflight: tuple[PreflightCheck, ...] = ()
-    schedulable: bool = False
+    # proto3 cannot tell an absent bool from false; absent here means schedulable.
+    schedulable: bool = True
     executor: str = ""
     cpuMillicores: int = 0
     gpuIds: tuple[str, ...] = ()

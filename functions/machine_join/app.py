@@ -1,0 +1,28 @@
+"""POST /machines/join and POST /machines/renew: seed 002's dialect (grpc-gateway JSON, rpcStatus)."""
+
+from typing import Any
+
+from joinplane import join, join_wire
+from joinplane.errors import PayloadTooLarge
+from joinplane.http import HttpRequest, Router
+
+routes = Router(join_wire.render_error)
+
+
+def _body(request: HttpRequest) -> bytes:
+    if request.body_size() > join_wire.MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is over the {join_wire.MAX_BODY_BYTES}-byte limit")
+    return request.body()
+
+
+@routes.post("/machines/join")
+def join_machine(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    return join.join_machine(_body(request), request.headers.get("authorization", ""))
+
+
+@routes.post("/machines/renew")
+def renew(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    return join.renew(_body(request))
+
+
+lambda_handler = routes.handle

@@ -1,0 +1,778 @@
+"""Machine join (seed 002): decide admit, defer or deny, and make the decision stick.
+
+The order of the decision is the issue's: token, CSR, the join identity's history, revocation,
+attestors, then exactly one transaction. Nothing is written before that transaction, so a refusal
+at any step leaves no trace and takes no token use.
+
+Fresh joins are optimistic: the transaction that admits or defers also creates the join identity
+record (`attribute_not_exists`), decrements the token (`usesRemaining > 0`, unexpired, active) and
+checks the pool is still the one we read. If the identity turns out to exist, the cancellation
+hands back its record and the join continues as a retry or re-join, so the common path needs no
+read beyond the token.
+
+DynamoDB calls per path, warm container (docs/join.md has the table; a cold container adds one
+GetItem for the pool and one Secrets Manager read for the pool's CA):
+- fresh admit or defer: GetItem(token) + TransactWriteItems
+- + `discovery: defer-unknown`: + one BatchGetItem; + a TPM policy with an EK: + one GetItem
+- retry while pending: GetItem(token) + TransactWriteItems (cancelled) + GetItem(request)
+- retry after approval: the above + TransactWriteItems (consume)
+- re-join: GetItem(token) + TransactWriteItems (cancelled) + GetItem(machine) + TransactWriteItems
+- expired or used-up token: GetItem(token) + GetItem(identity), then as a retry or re-join
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+from joinplane import (
+    attestors,
+    clock,
+    credentials,
+    ids,
+    join_requests,
+    join_wire,
+    machines,
+    pools,
+    store,
+    tokens,
+)
+from joinplane.errors import (
+    Aborted,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from joinplane.join_wire import JoinMachineRequest
+
+# One message for every token refusal: unknown, revoked, expired and used up look alike.
+REFUSED = "join token is not valid"
+RETRY_AFTER_SECONDS = 30
+
+_pool_cache: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def reset_caches() -> None:
+    _pool_cache.clear()
+
+
+def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> dict[str, Any]:
+    """The pool, cached per container: every transaction below re-checks its `version`, so a stale
+    copy can only cost a retry, never a join under old settings."""
+    key = (tenant_id, pool_id)
+    if fresh or key not in _pool_cache:
+        item = store.get(*pools.pool_key(tenant_id, pool_id))
+        if item is None:
+            raise FailedPrecondition("the pool of this join token no longer exists")
+        _pool_cache[key] = item
+    pool = _pool_cache[key]
+    if pool["state"] != "active":
+        raise FailedPrecondition("the pool is archived and takes no new joins")
+    return pool
+
+
+def _pool_is_current(pool: dict[str, Any]) -> store.Write:
+    return store.Write(
+        "ConditionCheck",
+        *pools.pool_key(pool["tenantId"], pool["poolId"]),
+        condition="#state = :active AND version = :version",
+        names={"#state": "state"},
+        values={":active": "active", ":version": pool["version"]},
+    )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    request: JoinMachineRequest
+    token: dict[str, Any]
+    identity: str
+    csr: Any  # ca.Csr | None; typed loosely so this module does not import cryptography
+    ek_sha256: str
+
+    @property
+    def tenant(self) -> str:
+        return str(self.token["tenantId"])
+
+
+class _IdentityTaken(Exception):
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__("identity exists")
+        self.record = record
+
+
+def bearer(authorization: str) -> str:
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _load_token(secret: str) -> dict[str, Any]:
+    parsed = credentials.parse(secret, tokens.SECRET_PREFIX)
+    if parsed is None:
+        raise Unauthenticated(REFUSED)
+    token = store.get(*tokens.token_key(f"{tokens.ID_PREFIX}_{parsed.ulid}"))
+    if (
+        token is None
+        or not credentials.matches(parsed.secret, token["secretSha256"])
+        or token["state"] != "active"
+    ):
+        raise Unauthenticated(REFUSED)
+    return token
+
+
+def _usable(token: dict[str, Any]) -> bool:
+    return bool(token["expiresAtEpoch"] > clock.epoch() and token["usesRemaining"] > 0)
+
+
+def _check_preflight(request: JoinMachineRequest) -> None:
+    fatal = [c for c in request.preflight if not c.ok and c.severity.lower() == "fatal"]
+    if fatal:
+        names = ", ".join(f"{c.name}: {c.message}" if c.message else c.name for c in fatal)
+        raise FailedPrecondition(f"fatal preflight check failed: {names}")
+
+
+def _schedulable(request: JoinMachineRequest) -> bool:
+    errors = [c for c in request.preflight if not c.ok and c.severity.lower() == "error"]
+    return request.schedulable and not errors
+
+
+def _ek_sha256(request: JoinMachineRequest) -> str:
+    given = request.tpm.ekPublicKeySha256
+    if request.tpm.ekCertificatePem:
+        from joinplane import tpm_allow
+
+        computed = tpm_allow.ek_hash_from_certificate(request.tpm.ekCertificatePem)
+        if given and given != computed:
+            raise InvalidArgument("tpm.ekPublicKeySha256 does not match tpm.ekCertificatePem")
+        return computed
+    return given
+
+
+def _identity_of(request: JoinMachineRequest, csr: Any) -> str:
+    if csr is not None:
+        return str(csr.public_key_sha256)
+    if not request.machineFingerprint:
+        raise InvalidArgument("csr or machineFingerprint is required to identify the machine")
+    return "fp-" + hashlib.sha256(request.machineFingerprint.encode()).hexdigest()
+
+
+def _hardware_claims(request: JoinMachineRequest) -> list[tuple[str, str]]:
+    """The serial and system UUID this machine will hold, unless they are placeholders."""
+    from joinplane import hardware
+
+    placeholders = {field for field, _ in _placeholders(request)}
+    claims = []
+    if request.hardware.serialNumber and "serialNumber" not in placeholders:
+        claims.append(("serial", hardware.normalize_serial(request.hardware.serialNumber)))
+    if request.hardware.systemUuid and "systemUuid" not in placeholders:
+        claims.append(("uuid", hardware.normalize_uuid(request.hardware.systemUuid)))
+    return claims
+
+
+def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:
+    from joinplane import hardware
+
+    return hardware.placeholder_reasons(
+        request.hardware.serialNumber or None,
+        request.hardware.systemUuid or None,
+        list(request.hardware.macAddresses),
+    )
+
+
+def _facts(attempt: Attempt, site_id: str, held: tuple[tuple[str, str], ...] = ()) -> attestors.Facts:
+    request, policy = attempt.request, attempt.token.get("attestation") or {}
+    known = None
+    if policy.get("discovery") == "defer-unknown":
+        from joinplane import discovery
+
+        known = (
+            discovery.lookup(
+                attempt.tenant,
+                site_id,
+                serial=request.hardware.serialNumber or None,
+                system_uuid=request.hardware.systemUuid or None,
+                macs=list(request.hardware.macAddresses),
+                fingerprint=request.machineFingerprint or None,
+            )
+            is not None
+        )
+    listed = None
+    if policy.get("tpm", "off") != "off" and attempt.ek_sha256:
+        from joinplane import tpm_allow
+
+        listed = tpm_allow.is_listed(attempt.tenant, site_id, attempt.ek_sha256)
+    return attestors.Facts(
+        placeholders=tuple(_placeholders(request)),
+        held_by_others=held,
+        discovery_known=known,
+        ek_sha256=attempt.ek_sha256,
+        ek_listed=listed,
+    )
+
+
+def _worker_image(pool: dict[str, Any], baseline: str | None, sent: str) -> tuple[str, str | None]:
+    """Seed 002: the first image a machine sends is its baseline; sending the baseline (or nothing)
+    follows the pool's current image, anything else is pinned and handed back as sent."""
+    if baseline is None and sent:
+        baseline = sent
+    if not sent or sent == baseline:
+        return str((pool.get("bootstrap") or {}).get("workerImage", "")), baseline
+    return sent, baseline
+
+
+def _certificate(attempt: Attempt, pool: dict[str, Any], machine_id: str) -> dict[str, str]:
+    if attempt.csr is None:
+        return {"certificate": "", "caCertificates": "", "certificateExpiresAt": "", "serial": ""}
+    from joinplane import ca
+
+    issued = ca.issue_machine_certificate(
+        tenant_id=pool["tenantId"],
+        pool_id=pool["poolId"],
+        machine_id=machine_id,
+        csr=attempt.csr,
+        lifetime_seconds=int(pool["certificateTtlSeconds"]),
+    )
+    return {
+        "certificate": issued.certificate_pem,
+        "caCertificates": issued.ca_certificates_pem,
+        "certificateExpiresAt": clock.rfc3339(issued.expires_at),
+        "serial": issued.serial,
+    }
+
+
+def _admitted(
+    pool: dict[str, Any], machine_id: str, token: str, cert: dict[str, str], image: str, schedulable: bool
+) -> tuple[int, dict[str, Any]]:
+    return 200, join_wire.join_response(
+        ok=True,
+        workspaceId=pool["workspaceId"],
+        poolName=pool["name"],
+        machineId=machine_id,
+        machineToken=token,
+        bootstrap=join_wire.bootstrap(pool, image),
+        certificate=cert["certificate"],
+        caCertificates=cert["caCertificates"],
+        certificateExpiresAt=cert["certificateExpiresAt"],
+        schedulable=schedulable,
+    )
+
+
+def _deferred(request_item: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    reasons = "; ".join(r["message"] for r in request_item.get("reasons", [])) or "an operator must decide"
+    return 202, join_wire.join_response(
+        ok=False,
+        errMsg=f"join deferred: {reasons}. An operator must approve {request_item['requestId']}.",
+        joinRequest={
+            "requestId": request_item["requestId"],
+            "state": "pending",
+            "expiresAt": request_item["expiresAt"],
+        },
+        retryAfterSeconds=RETRY_AFTER_SECONDS,
+    )
+
+
+def _new_machine(
+    attempt: Attempt,
+    pool: dict[str, Any],
+    machine_id: str,
+    token_secret: str,
+    cert: dict[str, str],
+    baseline: str | None,
+    claims: list[tuple[str, str]],
+    request_id: str | None,
+) -> dict[str, Any]:
+    pk, sk = machines.machine_key(machine_id)
+    return {
+        "pk": pk,
+        "sk": sk,
+        "gsi1pk": machines.pool_partition(pool["tenantId"], pool["poolId"]),
+        "gsi1sk": machine_id,
+        "machineId": machine_id,
+        "tenantId": pool["tenantId"],
+        "siteId": pool["siteId"],
+        "poolId": pool["poolId"],
+        "identity": attempt.identity,
+        "tokenId": attempt.token["tokenId"],
+        "requestId": request_id,
+        "state": "active",
+        "machineTokenSha256": credentials.digest(token_secret),
+        "tokenGeneration": 1,
+        "schedulable": _schedulable(attempt.request),
+        "facts": attempt.request.facts(),
+        "workerImageBaseline": baseline,
+        "claims": [list(c) for c in claims],
+        "certificateSerial": cert["serial"] or None,
+        "certificateExpiresAt": cert["certificateExpiresAt"] or None,
+        "joinedAt": clock.rfc3339(clock.now()),
+    }
+
+
+def _claim_writes(tenant: str, machine_id: str, claims: list[tuple[str, str]]) -> list[store.Write]:
+    writes = []
+    for kind, value in claims:
+        pk, sk = machines.claim_key(tenant, kind, value)
+        writes.append(
+            store.Write(
+                "Put",
+                item={"pk": pk, "sk": sk, "machineId": machine_id, "kind": kind, "value": value},
+                condition="attribute_not_exists(pk) OR machineId = :me",
+                values={":me": machine_id},
+            )
+        )
+    return writes
+
+
+# --- fresh joins -----------------------------------------------------------------------------
+
+
+def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
+    token = attempt.token
+    pool = _pool(attempt.tenant, token["poolId"]) if token.get("poolId") else None
+    site_id = str(token["siteId"])
+    held: tuple[tuple[str, str], ...] = ()
+    facts = _facts(attempt, site_id)
+    for _ in range(3):
+        votes = attestors.evaluate(attempt.request, token, replace(facts, held_by_others=held))
+        verdict = attestors.verdict(votes)
+        if verdict == attestors.DENY:
+            raise PermissionDenied(
+                "join denied: " + "; ".join(v.message for v in votes if v.verdict == "deny")
+            )
+        now = clock.rfc3339(clock.now())
+        id_pk, id_sk = machines.identity_key(attempt.tenant, attempt.identity)
+        record: dict[str, Any] = {
+            "pk": id_pk,
+            "sk": id_sk,
+            "tenantId": attempt.tenant,
+            "identity": attempt.identity,
+            "tokenId": token["tokenId"],
+            "siteId": site_id,
+            "version": 1,
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        labelled: list[tuple[str, store.Write]] = [
+            (
+                "token",
+                store.Write(
+                    "Update",
+                    *tokens.token_key(token["tokenId"]),
+                    update="SET usesRemaining = usesRemaining - :one",
+                    condition="#state = :active AND expiresAtEpoch > :now AND usesRemaining > :zero",
+                    names={"#state": "state"},
+                    values={":one": 1, ":zero": 0, ":active": "active", ":now": int(clock.epoch())},
+                ),
+            ),
+        ]
+        if pool is not None:
+            labelled.append(("pool", _pool_is_current(pool)))
+        if verdict == attestors.DEFER:
+            ttl = int(pool["joinRequestTtlSeconds"]) if pool else pools.DEFAULT_JOIN_REQUEST_TTL
+            request_item = join_requests.new_item(
+                request_id=ids.new_id(join_requests.ID_PREFIX),
+                tenant_id=attempt.tenant,
+                site_id=site_id,
+                pool_id=token.get("poolId"),
+                token_id=token["tokenId"],
+                identity=attempt.identity,
+                csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
+                reasons=[v.reason() for v in votes],
+                machine=attempt.request.facts(),
+                ttl_seconds=ttl,
+            )
+            record["requestId"] = request_item["requestId"]
+            labelled.append(
+                ("identity", store.Write("Put", item=record, condition="attribute_not_exists(pk)"))
+            )
+            labelled.append(
+                ("request", store.Write("Put", item=request_item, condition="attribute_not_exists(pk)"))
+            )
+            outcome = _deferred(request_item)
+        else:
+            assert pool is not None  # a site token always defers
+            machine_id = ids.new_id(machines.ID_PREFIX)
+            secret = machines.mint_token(machine_id)
+            cert = _certificate(attempt, pool, machine_id)
+            image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+            claims = _hardware_claims(attempt.request)
+            record.update(machineId=machine_id, poolId=pool["poolId"])
+            labelled.append(
+                ("identity", store.Write("Put", item=record, condition="attribute_not_exists(pk)"))
+            )
+            labelled.append(
+                (
+                    "machine",
+                    store.Write(
+                        "Put",
+                        item=_new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None),
+                        condition="attribute_not_exists(pk)",
+                    ),
+                )
+            )
+            labelled += [
+                (f"claim:{k}:{v}", w)
+                for (k, v), w in zip(claims, _claim_writes(attempt.tenant, machine_id, claims), strict=True)
+            ]
+            outcome = _admitted(pool, machine_id, secret, cert, image, _schedulable(attempt.request))
+        try:
+            store.transact([w for _, w in labelled])
+            return outcome
+        except store.TransactionCanceled as cancelled:
+            failed = {
+                label: current
+                for (label, _), reason, current in zip(
+                    labelled, cancelled.reasons, cancelled.current, strict=False
+                )
+                if reason == "ConditionalCheckFailed"
+            }
+            if "identity" in failed and failed["identity"] is not None:
+                raise _IdentityTaken(failed["identity"]) from None
+            if "token" in failed:
+                raise Unauthenticated(REFUSED) from None
+            if "pool" in failed:
+                pool = _pool(attempt.tenant, token["poolId"], fresh=True)
+                continue
+            taken = tuple(
+                (k, v) for label in failed if label.startswith("claim:") for _, k, v in [label.split(":", 2)]
+            )
+            if taken:
+                held = tuple(("serialNumber" if k == "serial" else "systemUuid", v) for k, v in taken)
+                continue
+            raise Unavailable("the join could not be recorded, retry") from None
+    raise Aborted("the pool or the hardware ids changed while joining; retry")
+
+
+# --- retries and re-joins --------------------------------------------------------------------
+
+
+def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    if record.get("machineId"):
+        machine = store.get(*machines.machine_key(record["machineId"]))
+        if machine is None:
+            raise Internal("join identity points at a missing machine")
+        if machine["state"] != "active":
+            raise PermissionDenied("this machine has been revoked")
+        return _rejoin(attempt, record, machine)
+    request_item = store.get(*join_requests.request_key(record["requestId"]))
+    if request_item is None:
+        raise PermissionDenied("the join request of this machine no longer exists; ask for a new join token")
+    state = join_requests.state_now(request_item)
+    if state == "pending":
+        return _deferred(request_item)
+    if state == "approved":
+        return _consume(attempt, record, request_item)
+    if state == "rejected":
+        why = f": {request_item['reason']}" if request_item.get("reason") else ""
+        raise PermissionDenied(f"join request {request_item['requestId']} was rejected{why}")
+    if state == "expired":
+        raise PermissionDenied(f"join request {request_item['requestId']} has expired")
+    raise Aborted("this join request was consumed by a concurrent join; retry")
+
+
+def _consume(
+    attempt: Attempt, record: dict[str, Any], request_item: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """An approved request admits exactly one join: the request's state change, the machine and the
+    identity's new version are one transaction; concurrent retries lose it and get ABORTED."""
+    pool = _pool(attempt.tenant, request_item["poolId"])
+    machine_id = ids.new_id(machines.ID_PREFIX)
+    secret = machines.mint_token(machine_id)
+    cert = _certificate(attempt, pool, machine_id)
+    image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+    claims = _hardware_claims(attempt.request)
+    for _ in range(3):
+        now = clock.rfc3339(clock.now())
+        labelled: list[tuple[str, store.Write]] = [
+            (
+                "request",
+                store.Write(
+                    "Update",
+                    *join_requests.request_key(request_item["requestId"]),
+                    update=(
+                        "SET #state = :consumed, consumedAt = :now, machineId = :machine, gsi1pk = :partition"
+                    ),
+                    condition="#state = :approved AND expiresAtEpoch > :epoch",
+                    names={"#state": "state"},
+                    values={
+                        ":consumed": "consumed",
+                        ":approved": "approved",
+                        ":now": now,
+                        ":machine": machine_id,
+                        ":epoch": int(clock.epoch()),
+                        ":partition": join_requests.list_partition(
+                            attempt.tenant, pool["siteId"], pool["poolId"], "consumed"
+                        ),
+                    },
+                ),
+            ),
+            (
+                "identity",
+                store.Write(
+                    "Update",
+                    *machines.identity_key(attempt.tenant, attempt.identity),
+                    update=(
+                        "SET machineId = :machine, poolId = :pool, version = version + :one, updatedAt = :now"
+                    ),
+                    condition="version = :version",
+                    values={
+                        ":machine": machine_id,
+                        ":pool": pool["poolId"],
+                        ":one": 1,
+                        ":now": now,
+                        ":version": record["version"],
+                    },
+                ),
+            ),
+            (
+                "machine",
+                store.Write(
+                    "Put",
+                    item=_new_machine(
+                        attempt, pool, machine_id, secret, cert, baseline, claims, request_item["requestId"]
+                    ),
+                    condition="attribute_not_exists(pk)",
+                ),
+            ),
+            ("pool", _pool_is_current(pool)),
+        ]
+        labelled += [
+            (f"claim:{k}:{v}", w)
+            for (k, v), w in zip(claims, _claim_writes(attempt.tenant, machine_id, claims), strict=True)
+        ]
+        try:
+            store.transact([w for _, w in labelled])
+            return _admitted(pool, machine_id, secret, cert, image, _schedulable(attempt.request))
+        except store.TransactionCanceled as cancelled:
+            failed = {
+                label
+                for (label, _), reason in zip(labelled, cancelled.reasons, strict=False)
+                if reason == "ConditionalCheckFailed"
+            }
+            if "request" in failed:
+                current = store.get(*join_requests.request_key(request_item["requestId"]))
+                state = join_requests.state_now(current) if current else "expired"
+                if state in ("rejected", "expired"):
+                    raise PermissionDenied(f"join request {request_item['requestId']} is {state}") from None
+                raise Aborted("this approval was consumed by a concurrent join; retry") from None
+            if "identity" in failed:
+                raise Aborted("a concurrent join for this machine won; retry") from None
+            if "pool" in failed:
+                pool = _pool(attempt.tenant, request_item["poolId"], fresh=True)
+                continue
+            # An operator approved this machine: a hardware id held elsewhere is not claimed again.
+            taken = {tuple(label.split(":", 2)[1:]) for label in failed if label.startswith("claim:")}
+            if taken:
+                claims = [c for c in claims if c not in taken]
+                continue
+            raise Unavailable("the join could not be recorded, retry") from None
+    raise Aborted("the pool changed while joining; retry")
+
+
+def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Same identity, same pool: the same machineId, a new machine token (the old one stops
+    working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
+    token = attempt.token
+    if (token.get("poolId") and token["poolId"] != machine["poolId"]) or token["siteId"] != machine["siteId"]:
+        raise FailedPrecondition("this machine is a member of another pool; revoke it there first")
+    votes = attestors.evaluate(attempt.request, token, _facts(attempt, machine["siteId"]))
+    denials = [v.message for v in votes if v.verdict == attestors.DENY]
+    if denials:
+        raise PermissionDenied("join denied: " + "; ".join(denials))
+    pool = _pool(attempt.tenant, machine["poolId"])
+    secret = machines.mint_token(machine["machineId"])
+    cert = _certificate(attempt, pool, machine["machineId"])
+    image, baseline = _worker_image(pool, machine.get("workerImageBaseline"), attempt.request.workerImage)
+    for _ in range(2):
+        now = clock.rfc3339(clock.now())
+        labelled: list[tuple[str, store.Write]] = [
+            (
+                "machine",
+                store.Write(
+                    "Update",
+                    *machines.machine_key(machine["machineId"]),
+                    update=(
+                        "SET machineTokenSha256 = :digest, tokenGeneration = tokenGeneration + :one, "
+                        "certificateSerial = :serial, certificateExpiresAt = :expires, rejoinedAt = :now, "
+                        "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline"
+                    ),
+                    condition="#state = :active AND tokenGeneration = :generation",
+                    names={"#state": "state"},
+                    values={
+                        ":digest": credentials.digest(secret),
+                        ":one": 1,
+                        ":serial": cert["serial"] or None,
+                        ":expires": cert["certificateExpiresAt"] or None,
+                        ":now": now,
+                        ":facts": attempt.request.facts(),
+                        ":schedulable": _schedulable(attempt.request),
+                        ":baseline": baseline,
+                        ":active": "active",
+                        ":generation": machine["tokenGeneration"],
+                    },
+                ),
+            ),
+            (
+                "identity",
+                store.Write(
+                    "Update",
+                    *machines.identity_key(attempt.tenant, attempt.identity),
+                    update="SET version = version + :one, updatedAt = :now",
+                    condition="version = :version",
+                    values={":one": 1, ":now": now, ":version": record["version"]},
+                ),
+            ),
+            ("pool", _pool_is_current(pool)),
+        ]
+        try:
+            store.transact([w for _, w in labelled])
+            return _admitted(pool, machine["machineId"], secret, cert, image, _schedulable(attempt.request))
+        except store.TransactionCanceled as cancelled:
+            failed = {
+                label
+                for (label, _), reason in zip(labelled, cancelled.reasons, strict=False)
+                if reason == "ConditionalCheckFailed"
+            }
+            if "machine" in failed:
+                current = store.get(*machines.machine_key(machine["machineId"]))
+                if current is None or current["state"] != "active":
+                    raise PermissionDenied("this machine has been revoked") from None
+                raise Aborted("a concurrent join for this machine won; retry") from None
+            if "identity" in failed:
+                raise Aborted("a concurrent join for this machine won; retry") from None
+            if "pool" in failed:
+                pool = _pool(attempt.tenant, machine["poolId"], fresh=True)
+                continue
+            raise Unavailable("the join could not be recorded, retry") from None
+    raise Aborted("the pool changed while joining; retry")
+
+
+# --- entry points ----------------------------------------------------------------------------
+
+
+def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
+    """Everything evaluated, nothing changed: the verdict and its reasons."""
+    record = store.get(*machines.identity_key(attempt.tenant, attempt.identity))
+    token = attempt.token
+    votes: list[attestors.Vote] = []
+    if record is None:
+        if not _usable(token):
+            raise Unauthenticated(REFUSED)
+        if token.get("poolId"):
+            _pool(attempt.tenant, token["poolId"])
+        votes = attestors.evaluate(attempt.request, token, _facts(attempt, str(token["siteId"])))
+        verdict = attestors.verdict(votes)
+        message = "; ".join(v.message for v in votes)
+    else:
+        try:
+            if record.get("machineId"):
+                machine = store.get(*machines.machine_key(record["machineId"]))
+                if machine is None or machine["state"] != "active":
+                    raise PermissionDenied("this machine has been revoked")
+                verdict, message = "admit", f"re-join of {machine['machineId']}"
+            else:
+                request_item = store.get(*join_requests.request_key(record["requestId"]))
+                state = join_requests.state_now(request_item) if request_item else "expired"
+                verdict = {"pending": "defer", "approved": "admit"}.get(state, "deny")
+                message = f"join request {record['requestId']} is {state}"
+        except PermissionDenied as denied:
+            verdict, message = "deny", denied.message
+    body = join_wire.join_response(ok=verdict == "admit", errMsg="" if verdict == "admit" else message)
+    body.update(dryRun=True, verdict=verdict, reasons=[v.reason() for v in votes])
+    return 200, body
+
+
+def join_machine(body: bytes, authorization: str) -> tuple[int, dict[str, Any]]:
+    from joinplane import ca
+
+    request = join_wire.decode_join(body)
+    token = _load_token(request.joinToken or bearer(authorization))
+    csr = ca.parse_csr(request.csr) if request.csr else None
+    attempt = Attempt(request, token, _identity_of(request, csr), csr, _ek_sha256(request))
+    _check_preflight(request)
+    if request.dryRun:
+        return _dry_run(attempt)
+    if _usable(token):
+        try:
+            return _fresh(attempt)
+        except _IdentityTaken as taken:
+            record = taken.record
+    else:
+        found = store.get(*machines.identity_key(attempt.tenant, attempt.identity))
+        # An expired or used-up token still serves the retries and re-joins it started.
+        if found is None or found.get("tokenId") != token["tokenId"]:
+            raise Unauthenticated(REFUSED)
+        record = found
+    return _known(attempt, record)
+
+
+def renew(body: bytes) -> tuple[int, dict[str, Any]]:
+    """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
+    join identity moves with it, in the same transaction)."""
+    from joinplane import ca
+
+    machine_token, csr_pem = join_wire.decode_renew(body)
+    machine = machines.authenticate(machine_token)
+    csr = ca.parse_csr(csr_pem)
+    pool = _pool(machine["tenantId"], machine["poolId"])
+    cert = _certificate(
+        Attempt(JoinMachineRequest(), {"tenantId": machine["tenantId"]}, csr.public_key_sha256, csr, ""),
+        pool,
+        machine["machineId"],
+    )
+    writes = [
+        store.Write(
+            "Update",
+            *machines.machine_key(machine["machineId"]),
+            update="SET certificateSerial = :serial, certificateExpiresAt = :expires, #identity = :identity",
+            condition="#state = :active AND machineTokenSha256 = :digest",
+            names={"#state": "state", "#identity": "identity"},
+            values={
+                ":serial": cert["serial"],
+                ":expires": cert["certificateExpiresAt"],
+                ":identity": csr.public_key_sha256,
+                ":active": "active",
+                ":digest": machine["machineTokenSha256"],
+            },
+        )
+    ]
+    if csr.public_key_sha256 != machine["identity"]:
+        old_pk, old_sk = machines.identity_key(machine["tenantId"], machine["identity"])
+        new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
+        now = clock.rfc3339(clock.now())
+        writes += [
+            store.Write(
+                "Delete", old_pk, old_sk, condition="machineId = :me", values={":me": machine["machineId"]}
+            ),
+            store.Write(
+                "Put",
+                item={
+                    "pk": new_pk,
+                    "sk": new_sk,
+                    "tenantId": machine["tenantId"],
+                    "identity": csr.public_key_sha256,
+                    "tokenId": machine["tokenId"],
+                    "siteId": machine["siteId"],
+                    "poolId": machine["poolId"],
+                    "machineId": machine["machineId"],
+                    "version": 1,
+                    "createdAt": now,
+                    "updatedAt": now,
+                },
+                condition="attribute_not_exists(pk)",
+            ),
+        ]
+    try:
+        store.transact(writes)
+    except store.TransactionCanceled as cancelled:
+        if cancelled.reasons and cancelled.reasons[0] == "ConditionalCheckFailed":
+            raise PermissionDenied("this machine has been revoked or its token replaced") from None
+        raise FailedPrecondition("this key already belongs to another machine identity") from None
+    return 200, {
+        "machineId": machine["machineId"],
+        "certificate": cert["certificate"],
+        "caCertificates": cert["caCertificates"],
+        "certificateExpiresAt": cert["certificateExpiresAt"],
+    }

@@ -1,0 +1,278 @@
+"""POST /machines/join end to end through the real handler, over moto: admit, defer, retry,
+approval, rejection, expiry, re-join, renew, revocation."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from joinplane import clock, keyauth, store, tokens
+from joinplane.join_requests import ApproveJoinRequest, DecideJoinRequest, approve, reject
+from tests.conftest import all_items
+from tests.join.conftest import openssl_verify
+from tests.support import call, join
+
+
+def uses_left(token: dict) -> int:
+    item = store.get(*tokens.token_key(token["tokenId"]))
+    assert item is not None
+    return int(item["usesRemaining"])
+
+
+def test_admit_returns_identity_certificate_and_bootstrap(
+    make_token, machine_factory, tmp_path: Path
+) -> None:
+    # Given a pool token and a machine with an openssl-made key
+    token = make_token(maxUses=2)
+    machine = machine_factory()
+    # When it joins with the seed's fields (int64 as strings, as proto3 JSON allows) and a CSR
+    reply = join(
+        {
+            "joinToken": token["token"],
+            "machineFingerprint": "fp-1",
+            "hostname": "gpu-01",
+            "os": "linux",
+            "arch": "amd64",
+            "cpuCount": "64",
+            "memoryMb": "524288",
+            "gpuCount": 8,
+            "csr": machine.csr,
+        }
+    )
+    # Then it is admitted with the seed's response, every field present
+    assert reply.status == 200, reply.body
+    body = reply.body
+    assert body["ok"] is True and body["errMsg"] == ""
+    assert body["workspaceId"] == "ws-42" and body["poolName"] == "GPU pool"
+    assert body["machineId"].startswith("mach_") and body["machineToken"].startswith("jpm_")
+    boot = body["bootstrap"]
+    assert boot["controlplaneHttpUrl"] == "https://cp.example" and boot["controlplaneGrpcPort"] == 443
+    assert boot["imageClipVersion"] == "7"  # int64 travels as a string
+    assert (
+        boot["workspaceId"] == "ws-42"
+        and boot["poolName"] == "GPU pool"
+        and boot["workerImage"] == "worker:2.0"
+    )
+    assert set(boot) >= {
+        "transport",
+        "executor",
+        "fallback",
+        "disabledServices",
+        "imageRegistryStore",
+        "imageLocalCacheEnabled",
+        "telemetry",
+        "billing",
+    }
+    # And a client certificate that chains to the pool CA and names the machine
+    verified = openssl_verify(tmp_path, body["caCertificates"], body["certificate"])
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    text = subprocess.run(
+        ["openssl", "x509", "-noout", "-text", "-in", str(tmp_path / "machine.crt")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"CN={body['machineId']}" in text.replace(" = ", "=")
+    assert f"URI:spiffe://acme/pool/gpu/machine/{body['machineId']}" in text
+    assert body["certificateExpiresAt"].endswith("Z")
+    # And exactly one use of the token was taken; the machine token is stored only as a digest
+    assert uses_left(token) == 1
+    assert body["machineToken"] not in str(all_items())
+
+
+def test_proto_field_names_are_accepted(make_token, machine_factory) -> None:
+    token = make_token()
+    reply = join(
+        {
+            "join_token": token["token"],
+            "machine_fingerprint": "fp",
+            "cpu_count": 4,
+            "memory_mb": "1024",
+            "csr": machine_factory().csr,
+        }
+    )
+    assert reply.status == 200, reply.body
+
+
+def test_token_in_the_authorization_header(make_token, machine_factory) -> None:
+    token = make_token()
+    assert join({"csr": machine_factory().csr}, bearer=token["token"]).status == 200
+
+
+def test_deferral_creates_one_request_and_retries_find_it(make_token, machine_factory) -> None:
+    # Given a token that requires approval, used by one machine
+    token = make_token(requireApproval=True, maxUses=5)
+    machine = machine_factory()
+    first = join({"joinToken": token["token"], "hostname": "h1", "csr": machine.csr})
+    # Then the join is deferred with a pending request and a retry hint
+    assert first.status == 202, first.body
+    assert first.body["ok"] is False and first.body["retryAfterSeconds"] > 0
+    request = first.body["joinRequest"]
+    assert request["state"] == "pending" and request["requestId"].startswith("jreq_")
+    assert "approval" in first.body["errMsg"]
+    # When it retries (a new CSR for the same key)
+    again = join({"joinToken": token["token"], "hostname": "h1", "csr": machine.new_csr()})
+    # Then it gets the same request, and the retry took no token use
+    assert again.status == 202 and again.body["joinRequest"] == request
+    assert uses_left(token) == 4
+    stored = [i for i in all_items() if i["pk"].startswith("JREQ#")]
+    assert len(stored) == 1 and stored[0]["reasons"][0]["code"] == "approval_required"
+
+
+def test_a_single_use_token_still_lets_the_approved_retry_through(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given a single-use token whose only use went to a deferral
+    token = make_token(requireApproval=True, maxUses=1)
+    machine = machine_factory()
+    deferred = join({"joinToken": token["token"], "csr": machine.csr})
+    assert deferred.status == 202 and uses_left(token) == 0
+    # And another machine is refused: the token is used up
+    other = join({"joinToken": token["token"], "csr": machine_factory().csr})
+    assert other.status == 401 and other.body["code"] == 16
+    # When an operator approves the request
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approved = approve(
+        admin,
+        ApproveJoinRequest(
+            tenantId="acme", poolId="gpu", requestId=deferred.body["joinRequest"]["requestId"]
+        ),
+    )
+    assert approved["state"] == "approved" and approved["decidedBy"] == admin.key_id
+    # Then the machine's retry is admitted and consumes the approval
+    admitted = join({"joinToken": token["token"], "csr": machine.new_csr()})
+    assert admitted.status == 200, admitted.body
+    request = store.get(f"JREQ#{deferred.body['joinRequest']['requestId']}", "JREQ")
+    assert (
+        request is not None
+        and request["state"] == "consumed"
+        and request["machineId"] == admitted.body["machineId"]
+    )
+    # And a later join with the same key is a re-join of that machine, not a second admission
+    rejoin = join({"joinToken": token["token"], "csr": machine.new_csr()})
+    assert rejoin.status == 200 and rejoin.body["machineId"] == admitted.body["machineId"]
+
+
+def test_rejected_and_expired_requests_refuse_the_retry(make_token, machine_factory, admin_key) -> None:
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    token = make_token(requireApproval=True, maxUses=3)
+    rejected_machine, expiring_machine = machine_factory(), machine_factory()
+    r1 = join({"joinToken": token["token"], "csr": rejected_machine.csr}).body["joinRequest"]["requestId"]
+    r2 = join({"joinToken": token["token"], "csr": expiring_machine.csr}).body["joinRequest"]["requestId"]
+    reject(admin, DecideJoinRequest(tenantId="acme", poolId="gpu", requestId=r1, reason="unknown rack"))
+    refused = join({"joinToken": token["token"], "csr": rejected_machine.csr})
+    assert (refused.status, refused.body["code"]) == (403, 7) and "unknown rack" in refused.body["message"]
+    # An approval with a 60 s TTL, left alone, expires by the clock alone
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=r2, ttlSeconds=60))
+    clock.advance(61)
+    late = join({"joinToken": token["token"], "csr": expiring_machine.csr})
+    assert (late.status, late.body["code"]) == (403, 7) and "expired" in late.body["message"]
+
+
+def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
+    make_token, machine_factory, tmp_path: Path
+) -> None:
+    token = make_token(maxUses=1)
+    machine = machine_factory()
+    first = join({"joinToken": token["token"], "csr": machine.csr, "workerImage": "worker:1.0"})
+    assert first.status == 200
+    # The first image sent is the baseline: sending it follows the pool's current image
+    assert first.body["bootstrap"]["workerImage"] == "worker:2.0"
+    # Re-join with the same key, the token now used up: same machine, new token
+    second = join({"joinToken": token["token"], "csr": machine.new_csr(), "workerImage": "worker:custom"})
+    assert second.status == 200, second.body
+    assert second.body["machineId"] == first.body["machineId"]
+    assert second.body["machineToken"] != first.body["machineToken"]
+    assert second.body["bootstrap"]["workerImage"] == "worker:custom"  # pinned: handed back as sent
+    # The old machine token stops working; the new one renews the certificate
+    stale = join({"machineToken": first.body["machineToken"], "csr": machine.csr}, path="/machines/renew")
+    assert (stale.status, stale.body["code"]) == (401, 16)
+    renewed = join(
+        {"machineToken": second.body["machineToken"], "csr": machine.new_csr()}, path="/machines/renew"
+    )
+    assert renewed.status == 200, renewed.body
+    assert openssl_verify_ok(tmp_path, renewed.body)
+
+
+def openssl_verify_ok(tmp_path: Path, body: dict) -> bool:
+    return openssl_verify(tmp_path, body["caCertificates"], body["certificate"]).returncode == 0
+
+
+def test_a_revoked_machine_cannot_rejoin_or_renew(make_token, machine_factory, admin_key) -> None:
+    token = make_token(maxUses=3)
+    machine = machine_factory()
+    admitted = join({"joinToken": token["token"], "csr": machine.csr}).body
+    revoked = call(
+        "/api/compute/machines/revoke",
+        {"tenantId": "acme", "machineId": admitted["machineId"], "reason": "stolen"},
+        admin_key,
+    )
+    assert revoked.status == 200 and revoked.body["state"] == "revoked"
+    again = join({"joinToken": token["token"], "csr": machine.new_csr()})
+    assert (again.status, again.body["code"]) == (403, 7)
+    renew = join({"machineToken": admitted["machineToken"], "csr": machine.csr}, path="/machines/renew")
+    assert (renew.status, renew.body["code"]) == (403, 7)
+    assert uses_left(token) == 2
+
+
+def test_archived_pool_refuses_joins(make_token, machine_factory, admin_key) -> None:
+    token = make_token()
+    call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
+    reply = join({"joinToken": token["token"], "csr": machine_factory().csr})
+    assert (reply.status, reply.body["code"]) == (400, 9)
+    assert uses_left(token) == 1
+
+
+def test_every_token_refusal_reads_the_same(make_token, machine_factory, admin_key) -> None:
+    revoked, expired, used = make_token(), make_token(ttlSeconds=60), make_token()
+    call("/api/compute/joinTokens/revoke", {"tenantId": "acme", "tokenId": revoked["tokenId"]}, admin_key)
+    assert join({"joinToken": used["token"], "csr": machine_factory().csr}).status == 200
+    clock.advance(61)
+    cases = [
+        revoked["token"],
+        expired["token"],
+        used["token"],
+        "jpt_nonsense",
+        used["token"][:-3] + "aaa",
+        "",
+        "jpk_" + used["token"][4:],
+    ]
+    bodies = [join({"joinToken": secret, "csr": machine_factory().csr}).body for secret in cases]
+    assert all(b["code"] == 16 for b in bodies)
+    assert len({b["message"] for b in bodies}) == 1
+
+
+def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, machine_factory) -> None:
+    token = make_token(maxUses=2)
+    before = all_items()
+    fatal = join(
+        {
+            "joinToken": token["token"],
+            "csr": machine_factory().csr,
+            "preflight": [{"name": "nvidia-driver", "ok": False, "message": "missing", "severity": "fatal"}],
+        }
+    )
+    assert (fatal.status, fatal.body["code"]) == (400, 9) and "nvidia-driver" in fatal.body["message"]
+    assert all_items() == before
+    soft = join(
+        {
+            "joinToken": token["token"],
+            "csr": machine_factory().csr,
+            "preflight": [
+                {"name": "disk", "ok": False, "severity": "error"},
+                {"name": "ntp", "ok": False, "severity": "warning"},
+            ],
+        }
+    )
+    assert soft.status == 200 and soft.body["schedulable"] is False
+
+
+def test_dry_run_gives_the_verdict_and_changes_nothing(make_token, machine_factory) -> None:
+    token = make_token(requireApproval=True)
+    before = all_items()
+    reply = join({"joinToken": token["token"], "csr": machine_factory().csr, "dryRun": True})
+    assert reply.status == 200 and reply.body["verdict"] == "defer" and reply.body["ok"] is False
+    assert reply.body["reasons"][0]["code"] == "approval_required"
+    assert all_items() == before
