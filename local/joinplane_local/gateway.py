@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, unquote
 from joinplane import clock
 
 from .functions import FunctionError, Functions, report_failure
-from .template import Template
+from .template import Template, referenced_logical_id
 
 # API Gateway's request payload quota for HTTP APIs.
 MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -162,21 +162,6 @@ LocalHandler = Callable[[Request, "re.Match[str]"], Response]
 # --- the template's routes ---------------------------------------------------------------
 
 
-def _logical_id(value: Any, attribute: str) -> str | None:
-    """The logical id behind `!Ref X`, `!GetAtt X.<attribute>` or `!Sub ${X.<attribute>}`."""
-    if isinstance(value, dict) and len(value) == 1:
-        ((name, argument),) = value.items()
-        if name == "Ref" and isinstance(argument, str):
-            return argument
-        if name == "Fn::GetAtt":
-            parts = argument if isinstance(argument, list) else str(argument).split(".", 1)
-            return str(parts[0]) if len(parts) == 2 and parts[1] == attribute else None
-        if name == "Fn::Sub" and isinstance(argument, str):
-            found = re.fullmatch(r"\$\{([A-Za-z0-9]+)\." + attribute + r"\}", argument)
-            return found.group(1) if found else None
-    return None
-
-
 def _api_properties(template: Template, api: str) -> dict[str, Any]:
     merged = dict(template.document.get("Globals", {}).get("HttpApi", {}))
     merged.update(template.resources.get(api, {}).get("Properties", {}))
@@ -202,7 +187,7 @@ def _authorizer(template: Template, api: str, name: str) -> Authorizer:
         raise ValueError(f"{api}.{name}: only AuthorizerPayloadFormatVersion 2.0 is emulated")
     if not definition.get("EnableSimpleResponses", False):
         raise ValueError(f"{api}.{name}: only EnableSimpleResponses: true is emulated")
-    function = _logical_id(definition["FunctionArn"], "Arn")
+    function = referenced_logical_id(definition["FunctionArn"], "Arn")
     if function is None:
         raise ValueError(f"{api}.{name}: FunctionArn must be !GetAtt <Function>.Arn of this template")
     # SAM's defaults: the Authorization header, results cached for 300 s.
@@ -220,7 +205,7 @@ def routes_from_template(template: Template, functions: Functions) -> list[Route
             props = event.get("Properties") or {}
             api = IMPLICIT_API
             if "ApiId" in props:
-                api = _logical_id(props["ApiId"], "ApiId") or str(props["ApiId"])
+                api = referenced_logical_id(props["ApiId"], "ApiId") or str(props["ApiId"])
             if str(props.get("PayloadFormatVersion", "2.0")) != "2.0":
                 raise ValueError(f"{logical_id}.{event_name}: only PayloadFormatVersion 2.0 is emulated")
             path = str(template.resolve(props.get("Path", "$default")))
@@ -614,14 +599,14 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             if close:
                 self.close_connection = True
                 self.send_header("Connection", "close")
-            self.end_headers()
-            # Logged before the body goes out, so the line exists once the client has its answer.
+            # Logged before anything goes out, so the line exists once the client has its answer.
             elapsed = (time.monotonic() - started) * 1000
             via = f" ({response.function})" if response.function else ""
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             path = getattr(self, "path", "").partition("?")[0]
             line = f"{stamp} {self.command} {path} {response.status} {elapsed:.1f} ms{via}"
             print(line, file=gateway.log, flush=True)
+            self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(response.body)
 

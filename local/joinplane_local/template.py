@@ -40,6 +40,21 @@ def _intrinsic(loader: _CfnLoader, suffix: str, node: yaml.Node) -> dict[str, An
 _CfnLoader.add_multi_constructor("!", _intrinsic)
 
 
+def referenced_logical_id(value: Any, attribute: str) -> str | None:
+    """The logical id behind `!Ref X`, `!GetAtt X.<attribute>` or `!Sub ${X.<attribute>}`."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((name, argument),) = value.items()
+        if name == "Ref" and isinstance(argument, str):
+            return argument
+        if name == "Fn::GetAtt":
+            parts = argument if isinstance(argument, list) else str(argument).split(".", 1)
+            return str(parts[0]) if len(parts) == 2 and parts[1] == attribute else None
+        if name == "Fn::Sub" and isinstance(argument, str):
+            found = re.fullmatch(r"\$\{([A-Za-z0-9]+)\." + attribute + r"\}", argument)
+            return found.group(1) if found else None
+    return None
+
+
 def load(path: Path = TEMPLATE) -> dict[str, Any]:
     with path.open() as handle:
         document = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass

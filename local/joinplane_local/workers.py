@@ -37,7 +37,7 @@ from joinplane import clock
 
 from .functions import FunctionError, Functions, report_failure
 from .gateway import Gateway, Request, Response
-from .template import Template
+from .template import Template, referenced_logical_id
 
 ClientFactory = Callable[[str], Any]
 
@@ -50,17 +50,6 @@ QUEUE_VISIBILITY_SECONDS = 2
 DEFAULT_ASYNC_RETRIES = 2
 MAX_BACKOFF_SECONDS = 5.0
 FIRST_BACKOFF_SECONDS = 0.2
-
-
-def _logical_id(value: Any, attribute: str) -> str | None:
-    if isinstance(value, dict) and len(value) == 1:
-        ((name, argument),) = value.items()
-        if name == "Ref" and isinstance(argument, str):
-            return argument
-        if name == "Fn::GetAtt":
-            parts = argument if isinstance(argument, list) else str(argument).split(".", 1)
-            return str(parts[0]) if len(parts) == 2 and parts[1] == attribute else None
-    return None
 
 
 def _backoff(attempts: int) -> float:
@@ -203,7 +192,7 @@ class StreamPoller(_Loop):
         self.functions = functions
         self.region = template.names.region
         stream = properties.get("Stream")
-        table = _logical_id(stream, "StreamArn")
+        table = referenced_logical_id(stream, "StreamArn")
         if table is not None:
             self.table_name = template.names.ref(table)
         else:
