@@ -1,0 +1,72 @@
+"""What a join costs in DynamoDB calls, counted on the real client (docs/join.md states them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from joinplane import aws, keyauth
+from joinplane import join as join_module_ref
+from joinplane.join_requests import ApproveJoinRequest, approve
+from tests.support import join
+
+
+@pytest.fixture
+def calls() -> Iterator[Counter[str]]:
+    counted: Counter[str] = Counter()
+
+    def count(event_name: str, **_: Any) -> None:
+        counted[event_name.rsplit(".", 1)[-1]] += 1
+
+    events = aws.client("dynamodb").meta.events
+    events.register("before-call.dynamodb.*", count)
+    yield counted
+    events.unregister("before-call.dynamodb.*", count)
+
+
+def test_a_warm_admit_is_one_token_read_and_one_transaction(make_token, machine_factory, calls) -> None:
+    # Given a warm container (the pool and its CA were loaded by an earlier join)
+    token = make_token(maxUses=5)
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
+    calls.clear()
+    # When another machine is admitted
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
+    # Then it cost exactly one GetItem (the token) and one TransactWriteItems
+    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+
+
+def test_a_cold_admit_adds_one_read_for_the_pool(make_token, machine_factory, calls) -> None:
+    token = make_token()
+    csr = machine_factory().csr
+    join_module_ref.reset_caches()  # a new container: no pool cached (the CA lives in Secrets Manager)
+    calls.clear()
+    assert join({"joinToken": token["token"], "csr": csr}).status == 200
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
+
+
+def test_a_deferral_costs_the_same_as_an_admit(make_token, machine_factory, calls) -> None:
+    token = make_token(maxUses=5, requireApproval=True)
+    join({"joinToken": token["token"], "csr": machine_factory().csr})
+    calls.clear()
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 202
+    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+
+
+def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) -> None:
+    token = make_token(maxUses=5, requireApproval=True)
+    machine = machine_factory()
+    request_id = join({"joinToken": token["token"], "csr": machine.csr}).body["joinRequest"]["requestId"]
+    calls.clear()
+    # A pending retry: token, the optimistic transaction (cancelled on the identity), the request
+    assert join({"joinToken": token["token"], "csr": machine.csr}).status == 202
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    calls.clear()
+    # Consuming the approval: the same, plus the consuming transaction
+    assert join({"joinToken": token["token"], "csr": machine.csr}).status == 200
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 2})
