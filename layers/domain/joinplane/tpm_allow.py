@@ -1,0 +1,224 @@
+"""The TPM allow-list: endorsement keys allowed at a site. The `tpm` attestor looks a joining
+machine's EK up here (`is_listed`); an unlisted EK defers the join or, under `require`, denies it.
+
+An EK is named by the lowercase hex SHA-256 of its SubjectPublicKeyInfo DER. Operators add either
+that hash or the EK certificate (the hash is then taken from the certificate's SPKI exactly as the
+TPM vendor encoded and signed it).
+
+Stored item: `SITE#<tenantId>#<siteId>#TPMALLOW` / `EK#<sha256>`, one per key; the partition holds
+nothing else, so a listing is one Query in hash order.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from joinplane import clock, pools, store
+from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from joinplane.grants import Principal, Resource
+from joinplane.wire import SITE_ID, STRICT, TENANT_ID, TEXT
+
+READ, WRITE = "compute:attestation:read", "compute:attestation:write"
+# Either case is accepted (Windows tools print hashes uppercase); stored and shown lowercase.
+SHA256_HEX = r"^[0-9a-fA-F]{64}$"
+MAX_PEM_CHARS = 16 * 1024
+_PEM = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n(?P<body>[A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
+
+
+class SiteRef(BaseModel):
+    model_config = STRICT
+    tenantId: str = Field(pattern=TENANT_ID)
+    siteId: str = Field(pattern=SITE_ID)
+
+
+class AddKey(SiteRef):
+    """Exactly one of `ekPublicKeySha256` or `ekCertificatePem`."""
+
+    ekPublicKeySha256: str | None = Field(default=None, pattern=SHA256_HEX)
+    ekCertificatePem: str | None = Field(default=None, min_length=1, max_length=MAX_PEM_CHARS)
+    description: str = Field(default="", max_length=256, pattern=TEXT)
+
+    @field_validator("ekPublicKeySha256")
+    @classmethod
+    def _lowercase(cls, value: str | None) -> str | None:
+        return value.lower() if value is not None else None
+
+    @model_validator(mode="after")
+    def _one_key(self) -> AddKey:
+        if (self.ekPublicKeySha256 is None) == (self.ekCertificatePem is None):
+            raise PydanticCustomError("one_key", "give exactly one of ekPublicKeySha256 or ekCertificatePem")
+        return self
+
+
+class ListKeys(SiteRef):
+    limit: int = Field(default=100, ge=1, le=200)
+    cursor: str | None = Field(default=None, pattern=SHA256_HEX)
+
+
+class RemoveKey(SiteRef):
+    ekPublicKeySha256: str = Field(pattern=SHA256_HEX)
+
+
+def partition(tenant_id: str, site_id: str) -> str:
+    return f"SITE#{tenant_id}#{site_id}#TPMALLOW"
+
+
+def key_of(tenant_id: str, site_id: str, ek_sha256: str) -> tuple[str, str]:
+    return partition(tenant_id, site_id), f"EK#{ek_sha256}"
+
+
+def spki_sha256(spki_der: bytes) -> str:
+    """An EK's name: lowercase hex SHA-256 of its SubjectPublicKeyInfo DER."""
+    return hashlib.sha256(spki_der).hexdigest()
+
+
+class InvalidCertificate(InvalidArgument, ValueError):
+    """Not one X.509 certificate in PEM. An InvalidArgument, so that any endpoint letting it
+    through answers 400 naming the field, and a ValueError, which is what parsers raise."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"invalid request: ekCertificatePem: {reason}", [{"field": "ekCertificatePem", "reason": reason}]
+        )
+
+
+def ek_hash_from_certificate(pem: str) -> str:
+    """The EK's name from its certificate (one PEM CERTIFICATE block). The SPKI is taken from the
+    certificate's bytes rather than re-encoded from a parsed key: EK certificates carry keys that
+    general-purpose libraries may not load (RSA under the id-RSAES-OAEP identifier), and the name
+    must be the bytes the TPM vendor signed. InvalidCertificate when this is not one certificate."""
+    # cryptography costs tens of milliseconds to import: only the calls that parse certificates pay.
+    from cryptography import x509
+
+    if len(pem) > MAX_PEM_CHARS:
+        raise InvalidCertificate(f"is over {MAX_PEM_CHARS} characters")
+    match = _PEM.fullmatch(pem.strip())
+    if match is None:
+        raise InvalidCertificate("is not one PEM certificate (-----BEGIN CERTIFICATE-----)")
+    try:
+        der = base64.b64decode("".join(match["body"].split()), validate=True)
+        certificate = x509.load_der_x509_certificate(der)
+    except (ValueError, binascii.Error, x509.InvalidVersion):
+        raise InvalidCertificate("is not a valid X.509 certificate") from None
+    return spki_sha256(_subject_public_key_info(certificate.tbs_certificate_bytes))
+
+
+def _subject_public_key_info(tbs: bytes) -> bytes:
+    """The seventh element of TBSCertificate (after the optional [0] version, serialNumber,
+    signature, issuer, validity, subject), as encoded. cryptography has already parsed the DER."""
+    _, offset = _der_header(tbs, 0)
+    if tbs[offset] == 0xA0:  # explicit [0] version; absent means v1
+        length, content = _der_header(tbs, offset)
+        offset = content + length
+    for _ in range(5):
+        length, content = _der_header(tbs, offset)
+        offset = content + length
+    length, content = _der_header(tbs, offset)
+    return tbs[offset : content + length]
+
+
+def _der_header(der: bytes, offset: int) -> tuple[int, int]:
+    """(content length, content offset) of the element at `offset`; TBSCertificate's elements up to
+    the SPKI all have single-byte tags."""
+    first = der[offset + 1]
+    if first < 0x80:
+        return first, offset + 2
+    count = first & 0x7F
+    return int.from_bytes(der[offset + 2 : offset + 2 + count], "big"), offset + 2 + count
+
+
+def view(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tenantId": item["tenantId"],
+        "siteId": item["siteId"],
+        "ekPublicKeySha256": item["ekPublicKeySha256"],
+        "addedFrom": item["addedFrom"],
+        "description": item.get("description", ""),
+        "createdAt": item["createdAt"],
+        "createdBy": item.get("createdBy"),
+    }
+
+
+def _site(principal: Principal, request: SiteRef, permission: str) -> None:
+    """The site, authorized; NOT_FOUND when it does not exist or is out of the caller's sight."""
+    principal.check_tenant(request.tenantId)
+    if store.get(*pools.site_key(request.tenantId, request.siteId)) is None:
+        raise NotFound("site not found")
+    principal.authorize(permission, Resource(request.tenantId, request.siteId, kind="site"))
+
+
+def add(principal: Principal, request: AddKey) -> dict[str, Any]:
+    # The certificate is part of the request's shape: a bad one is refused before any lookup.
+    if request.ekCertificatePem is not None:
+        ek_sha256, added_from = ek_hash_from_certificate(request.ekCertificatePem), "certificate"
+    else:
+        assert request.ekPublicKeySha256 is not None
+        ek_sha256, added_from = request.ekPublicKeySha256, "hash"
+    _site(principal, request, WRITE)
+    pk, sk = key_of(request.tenantId, request.siteId, ek_sha256)
+    item = {
+        "pk": pk,
+        "sk": sk,
+        "tenantId": request.tenantId,
+        "siteId": request.siteId,
+        "ekPublicKeySha256": ek_sha256,
+        "addedFrom": added_from,
+        "description": request.description,
+        "createdAt": clock.rfc3339(clock.now()),
+        "createdBy": principal.key_id,
+    }
+    try:
+        store.put(item, condition="attribute_not_exists(pk)")
+    except store.ConditionFailed:
+        raise AlreadyExists(
+            f"endorsement key {ek_sha256} is already on the allow-list of site {request.siteId!r}",
+            [{"field": "ekPublicKeySha256", "reason": "already listed"}],
+        ) from None
+    return view(item)
+
+
+def list_keys(principal: Principal, request: ListKeys) -> dict[str, Any]:
+    _site(principal, request, READ)
+    pk = partition(request.tenantId, request.siteId)
+    page = (
+        store.query(pk=pk, sk_after=f"EK#{request.cursor.lower()}", limit=request.limit, consistent=True)
+        if request.cursor
+        else store.query(pk=pk, sk_prefix="EK#", limit=request.limit, consistent=True)
+    )
+    keys = [view(item) for item in page.items]
+    result: dict[str, Any] = {"keys": keys}
+    if page.last_key is not None and keys:
+        result["nextCursor"] = keys[-1]["ekPublicKeySha256"]
+    return result
+
+
+def remove(principal: Principal, request: RemoveKey) -> dict[str, Any]:
+    _site(principal, request, WRITE)
+    pk, sk = key_of(request.tenantId, request.siteId, request.ekPublicKeySha256.lower())
+    item = store.get(pk, sk)
+    if item is None:
+        raise NotFound("endorsement key not on this site's allow-list")
+    try:
+        # The store has no bare DeleteItem; a one-action transaction is a conditional delete.
+        store.transact([store.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)")])
+    except store.TransactionCanceled as canceled:
+        if "ConditionalCheckFailed" in canceled.reasons:
+            raise NotFound("endorsement key not on this site's allow-list") from None
+        if "TransactionConflict" in canceled.reasons:
+            raise Unavailable("the allow-list entry is being changed, retry") from None
+        raise
+    return view(item)
+
+
+def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
+    """Is this EK (hex SHA-256 of its SPKI DER) allowed at the site? One GetItem."""
+    if not re.fullmatch(SHA256_HEX, ek_sha256):
+        return False  # could never have been added; also keeps junk out of the key
+    return store.get(*key_of(tenant_id, site_id, ek_sha256.lower())) is not None
