@@ -168,13 +168,13 @@ def _only(template: Template, resource_type: str, option: str) -> str:
     return found[0]
 
 
-def _seed(log: TextIO) -> tuple[str | None, DevTenant | None]:
+def _seed(log: TextIO, url: str) -> tuple[str | None, DevTenant | None]:
     try:
         from joinplane_local import seed
     except ModuleNotFoundError as error:
         print(f"[joinplane-local] not seeding a dev tenant: {error}", file=log, flush=True)
         return None, None
-    key = seed.seed_dev_tenant(os.environ.get("JOINPLANE_DEV_ADMIN_KEY") or None)
+    key = seed.seed_dev_tenant(os.environ.get("JOINPLANE_DEV_ADMIN_KEY") or None, public_url=url)
     dev = DevTenant(
         tenant=str(getattr(seed, "DEV_TENANT", "dev")),
         site=getattr(seed, "DEV_SITE", None),
@@ -288,10 +288,10 @@ def start_runtime(
         )
         if run_workers:
             worker_set.start()  # before seeding: the stream consumers see the seed's writes
-        admin_key, dev = _seed(out) if seed else (None, None)
         gateway = Gateway(template, functions, host=host, port=port, log=out)
         worker_set.register_routes(gateway)
-        url = gateway.start()
+        url = gateway.start()  # before seeding: the dev pool's bootstrap names the real URL
+        admin_key, dev = _seed(out, url) if seed else (None, None)
     except BaseException:
         _shutdown(gateway, worker_set, emulator, functions, environment)
         raise

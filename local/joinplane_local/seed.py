@@ -33,7 +33,7 @@ def install_admin_key(tenant_id: str, secret: str | None, description: str) -> s
     return minted
 
 
-def seed_dev_tenant(admin_key: str | None) -> str:
+def seed_dev_tenant(admin_key: str | None, public_url: str = "http://127.0.0.1:3000") -> str:
     secret = install_admin_key(DEV_TENANT, admin_key, "local dev platform admin")
     admin = keyauth.verify(secret)
     assert admin is not None
@@ -47,7 +47,7 @@ def seed_dev_tenant(admin_key: str | None) -> str:
                 siteId=DEV_SITE,
                 name="Dev pool",
                 workspaceId="dev-workspace",
-                bootstrap=pools.BootstrapDefaults(controlplaneHttpUrl="http://127.0.0.1:3000"),
+                bootstrap=pools.BootstrapDefaults(controlplaneHttpUrl=public_url),
             ),
         )
     return secret

@@ -165,10 +165,13 @@ def _hardware_claims(request: JoinMachineRequest) -> list[tuple[str, str]]:
 
     placeholders = {field for field, _ in _placeholders(request)}
     claims = []
-    if request.hardware.serialNumber and "serialNumber" not in placeholders:
-        claims.append(("serial", hardware.normalize_serial(request.hardware.serialNumber)))
-    if request.hardware.systemUuid and "systemUuid" not in placeholders:
-        claims.append(("uuid", hardware.normalize_uuid(request.hardware.systemUuid)))
+    try:
+        if request.hardware.serialNumber and "serialNumber" not in placeholders:
+            claims.append(("serial", hardware.normalize_serial(request.hardware.serialNumber)))
+        if request.hardware.systemUuid and "systemUuid" not in placeholders:
+            claims.append(("uuid", hardware.normalize_uuid(request.hardware.systemUuid)))
+    except ValueError as invalid:
+        raise InvalidArgument(f"invalid value for hardware: {invalid}") from None
     return claims
 
 
@@ -691,6 +694,7 @@ def join_machine(body: bytes, authorization: str) -> tuple[int, dict[str, Any]]:
     token = _load_token(request.joinToken or bearer(authorization))
     csr = ca.parse_csr(request.csr) if request.csr else None
     attempt = Attempt(request, token, _identity_of(request, csr), csr, _ek_sha256(request))
+    _hardware_claims(request)  # refuses malformed hardware ids before anything is decided
     _check_preflight(request)
     if request.dryRun:
         return _dry_run(attempt)

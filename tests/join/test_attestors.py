@@ -1,0 +1,113 @@
+"""Attestors on real joins: placeholder and cloned hardware ids, discovery, TPM, site tokens."""
+
+from __future__ import annotations
+
+import hashlib
+
+from joinplane import keyauth
+from joinplane.join_requests import ApproveJoinRequest, approve
+from tests.support import call, join
+
+
+def reasons(reply) -> list[str]:
+    assert reply.status == 202, reply.body
+    from joinplane import store
+
+    request = store.get(f"JREQ#{reply.body['joinRequest']['requestId']}", "JREQ")
+    assert request is not None
+    return [r["code"] for r in request["reasons"]]
+
+
+def test_placeholder_hardware_ids_defer(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    reply = join(
+        {
+            "joinToken": token["token"],
+            "csr": machine_factory().csr,
+            "hardware": {
+                "serialNumber": "To Be Filled By O.E.M.",
+                "systemUuid": "03000200-0400-0500-0006-000700080009",
+                "macAddresses": ["00:00:00:00:00:00"],
+            },
+        }
+    )
+    assert reasons(reply) == ["placeholder_hardware_id"] * 3
+
+
+def test_a_cloned_serial_defers_the_second_machine(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    hardware = {"serialNumber": "SN-7781-A", "systemUuid": "4c4c4544-0042-3510-8052-b4c04f564433"}
+    first = join({"joinToken": token["token"], "csr": machine_factory().csr, "hardware": hardware})
+    assert first.status == 200
+    clone = join({"joinToken": token["token"], "csr": machine_factory().csr, "hardware": hardware})
+    assert reasons(clone) == ["duplicate_hardware_id", "duplicate_hardware_id"]
+
+
+def test_revoking_a_machine_releases_its_hardware_ids(make_token, machine_factory, admin_key) -> None:
+    token = make_token(maxUses=5)
+    hardware = {"serialNumber": "SN-1"}
+    first = join({"joinToken": token["token"], "csr": machine_factory().csr, "hardware": hardware}).body
+    call("/api/compute/machines/revoke", {"tenantId": "acme", "machineId": first["machineId"]}, admin_key)
+    again = join({"joinToken": token["token"], "csr": machine_factory().csr, "hardware": hardware})
+    assert again.status == 200, again.body
+
+
+def test_tpm_policies(make_token, machine_factory, admin_key) -> None:
+    ek = hashlib.sha256(b"an endorsement key").hexdigest()
+    required = make_token(attestation={"tpm": "require"}, maxUses=5)
+    denied = join({"joinToken": required["token"], "csr": machine_factory().csr})
+    assert (denied.status, denied.body["code"]) == (403, 7) and "TPM" in denied.body["message"]
+    unlisted = join(
+        {"joinToken": required["token"], "csr": machine_factory().csr, "tpm": {"ekPublicKeySha256": ek}}
+    )
+    assert reasons(unlisted) == ["tpm_unlisted"]
+    added = call(
+        "/api/compute/tpmAllowList/add",
+        {"tenantId": "acme", "siteId": "rack-1", "ekPublicKeySha256": ek},
+        admin_key,
+    )
+    assert added.status == 200, added.body
+    listed = join(
+        {
+            "joinToken": required["token"],
+            "csr": machine_factory().csr,
+            "tpm": {"ekPublicKeySha256": ek.upper()},
+        }
+    )
+    assert listed.status == 200, listed.body
+
+
+def test_discovery_defers_unknown_machines(make_token, machine_factory, admin_key) -> None:
+    token = make_token(attestation={"discovery": "defer-unknown"}, maxUses=5)
+    unknown = join(
+        {"joinToken": token["token"], "csr": machine_factory().csr, "hardware": {"serialNumber": "X-1"}}
+    )
+    assert reasons(unknown) == ["unknown_machine"]
+    registered = call(
+        "/api/compute/discovery/register",
+        {"tenantId": "acme", "siteId": "rack-1", "serialNumber": "x-2", "hostname": "gpu-02"},
+        admin_key,
+    )
+    assert registered.status == 200, registered.body
+    known = join(
+        {"joinToken": token["token"], "csr": machine_factory().csr, "hardware": {"serialNumber": " X-2 "}}
+    )
+    assert known.status == 200, known.body
+
+
+def test_a_site_token_defers_until_a_pool_claims_the_request(make_token, machine_factory, admin_key) -> None:
+    token = make_token(siteId="rack-1")
+    machine = machine_factory()
+    deferred = join({"joinToken": token["token"], "csr": machine.csr})
+    assert reasons(deferred) == ["site_token"]
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    claimed = approve(
+        admin,
+        ApproveJoinRequest(
+            tenantId="acme", poolId="gpu", requestId=deferred.body["joinRequest"]["requestId"]
+        ),
+    )
+    assert claimed["poolId"] == "gpu" and claimed["state"] == "approved"
+    admitted = join({"joinToken": token["token"], "csr": machine.csr})
+    assert admitted.status == 200 and admitted.body["poolName"] == "GPU pool"
