@@ -252,3 +252,65 @@ class ListJoinRequests(BaseModel):
     state: str = Field(default="pending", pattern="^(pending|approved|rejected|expired|consumed|all)$")
     limit: int = Field(default=100, ge=1, le=200)
     cursor: str | None = Field(default=None, max_length=64, pattern=REQUEST_ID)
+
+
+# Stored states whose partitions can hold a request that *reads* as the wanted state now.
+_SOURCES = {
+    "pending": ("pending",),
+    "approved": ("approved",),
+    "rejected": ("rejected",),
+    "consumed": ("consumed",),
+    "expired": ("expired", "pending", "approved"),
+    "all": ("pending", "approved", "rejected", "consumed", "expired"),
+}
+# Rounds one page may spend: each round is one Query per source partition (2 owners x the stored
+# states in _SOURCES), so a page costs at most 3 x 2 x |sources| Queries: 6 for one state, 18 for
+# `expired`, 30 for `all`. A page comes back short only when the rounds run out, and then carries a
+# nextCursor (the last request examined) so the caller goes on where it stopped.
+MAX_ROUNDS = 3
+
+
+def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, Any]:
+    """The pool's own requests and its site's unclaimed ones, oldest first, by state as read now.
+
+    Every source partition (pool or site x stored state) is read after the cursor and the results
+    merged by requestId up to the point every partition is known complete, so a page of 100 costs
+    the same however many requests other pools and other states hold. Stored `pending` and
+    `approved` partitions are filtered on read (a request past its expiry reads `expired`)."""
+    pool = pools.load(principal, request.tenantId, request.poolId, READ)
+    open_partitions = [
+        list_partition(pool["tenantId"], pool["siteId"], pool_id, state)
+        for pool_id in (pool["poolId"], None)
+        for state in _SOURCES[request.state]
+    ]
+    cursor = request.cursor
+    matching: list[dict[str, Any]] = []
+    for _ in range(MAX_ROUNDS):
+        items: list[dict[str, Any]] = []
+        bound: str | None = None  # every partition still open is complete up to here
+        for partition in list(open_partitions):
+            page = store.query(pk=partition, index="gsi1", sk_after=cursor, limit=request.limit + 1)
+            items += page.items
+            if page.last_key is None:
+                open_partitions.remove(partition)
+            elif page.items:
+                last = page.items[-1]["requestId"]
+                bound = last if bound is None else min(bound, last)
+        items.sort(key=lambda item: item["requestId"])
+        for item in items:
+            if bound is not None and item["requestId"] > bound:
+                break
+            if request.state == "all" or state_now(item) == request.state:
+                matching.append(item)
+                if len(matching) > request.limit:
+                    break
+        if len(matching) > request.limit or not open_partitions or bound is None:
+            break
+        cursor = bound
+    page_items = matching[: request.limit]
+    result: dict[str, Any] = {"requests": [view(item) for item in page_items]}
+    if len(matching) > request.limit:
+        result["nextCursor"] = page_items[-1]["requestId"]
+    elif open_partitions and cursor:
+        result["nextCursor"] = cursor
+    return result
