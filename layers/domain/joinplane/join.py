@@ -495,7 +495,8 @@ def _consume(
                     "Update",
                     *join_requests.request_key(request_item["requestId"]),
                     update=(
-                        "SET #state = :consumed, consumedAt = :now, machineId = :machine, gsi1pk = :partition"
+                        "SET #state = :consumed, consumedAt = :now, machineId = :machine, "
+                        "gsi1pk = :partition REMOVE gsi2pk, gsi2sk"
                     ),
                     condition="#state = :approved AND expiresAtEpoch > :epoch",
                     names={"#state": "state"},

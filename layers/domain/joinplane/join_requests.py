@@ -13,6 +13,7 @@ key makes a page of one state cost the same however many requests of other state
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -33,6 +34,15 @@ def request_key(request_id: str) -> tuple[str, str]:
 def list_partition(tenant_id: str, site_id: str, pool_id: str | None, state: str) -> str:
     owner = f"POOL#{pool_id}" if pool_id else f"SITE#{site_id}"
     return f"JREQS#{tenant_id}#{owner}#{state}"
+
+
+OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
+
+
+def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
+    """gsi2 keys while a request is open: by expiry, for the retention job."""
+    shard = int(hashlib.sha256(request_id.encode()).hexdigest(), 16) % OPEN_SHARDS
+    return {"gsi2pk": f"OPENJREQ#{shard}", "gsi2sk": f"{expires_epoch:012d}#{request_id}"}
 
 
 def state_now(item: dict[str, Any]) -> str:
@@ -76,6 +86,7 @@ def new_item(
         "expiresAt": clock.rfc3339(expires),
         "expiresAtEpoch": expires,
         "ttl": expires + RETENTION_SECONDS,
+        **open_index(request_id, expires),
     }
 
 
@@ -166,10 +177,11 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> dict[str, Any]
         ":by": principal.key_id,
         ":partition": list_partition(pool["tenantId"], pool["siteId"], pool["poolId"], "approved"),
         ":ttl": expires + RETENTION_SECONDS,
+        ":open": open_index(request.requestId, expires)["gsi2sk"],
     }
     update = (
         "SET #state = :approved, poolId = :pool, expiresAt = :expiresAt, expiresAtEpoch = :expiresAtEpoch, "
-        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl"
+        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl, gsi2sk = :open"
     )
     if request.reason:
         update += ", reason = :reason"
@@ -222,9 +234,11 @@ def reject(principal: Principal, request: DecideJoinRequest) -> dict[str, Any]:
         ":partition": list_partition(item["tenantId"], item["siteId"], item.get("poolId"), "rejected"),
     }
     update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
+    closing = " REMOVE gsi2pk, gsi2sk"
     if request.reason:
         update += ", reason = :reason"
         values[":reason"] = request.reason
+    update += closing
     try:
         written = store.update(
             *request_key(request.requestId),
@@ -314,3 +328,48 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, 
     elif open_partitions and cursor:
         result["nextCursor"] = cursor
     return result
+
+
+def expire_due(max_items: int = 1000) -> int:
+    """Mark open requests past their expiry `expired` (the retention job). Correctness never
+    waits for this: such requests already read as expired. Marking them makes the transition a
+    stored fact, so the stream publishes `security.join-request.expired` and the listing partitions
+    stay tidy. Reads only the sparse open-requests index up to now; one conditional write each, so
+    a request decided or consumed meanwhile is left alone."""
+    now = int(clock.epoch())
+    marked = 0
+    for shard in range(OPEN_SHARDS):
+        start: dict[str, Any] | None = None
+        while marked < max_items:
+            page = store.query(
+                pk=f"OPENJREQ#{shard}",
+                index="gsi2",
+                sk_below=f"{now:012d}#~",
+                limit=min(100, max_items - marked),
+                start_after=start,
+            )
+            for item in page.items:
+                try:
+                    store.update(
+                        *request_key(item["requestId"]),
+                        update="SET #state = :expired, expiredAt = expiresAt, gsi1pk = :partition "
+                        "REMOVE gsi2pk, gsi2sk",
+                        condition="(#state = :pending OR #state = :approved) AND expiresAtEpoch <= :now",
+                        names={"#state": "state"},
+                        values={
+                            ":expired": "expired",
+                            ":pending": "pending",
+                            ":approved": "approved",
+                            ":now": now,
+                            ":partition": list_partition(
+                                item["tenantId"], item["siteId"], item.get("poolId"), "expired"
+                            ),
+                        },
+                    )
+                    marked += 1
+                except store.ConditionFailed:
+                    continue  # decided, consumed or already marked since the index was read
+            if page.last_key is None:
+                break
+            start = page.last_key
+    return marked

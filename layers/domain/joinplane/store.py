@@ -195,18 +195,28 @@ def query(
     ascending: bool = True,
     consistent: bool = False,
     sk_after: str | None = None,
+    sk_below: str | None = None,
+    filter: str | None = None,
+    filter_names: Mapping[str, str] | None = None,
+    filter_values: Mapping[str, Any] | None = None,
 ) -> Page:
-    """One Query call on the table (`index=None`) or on `gsi1`."""
-    pk_name, sk_name = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
+    """One Query call on the table (`index=None`) or on a GSI (`gsi1`, `gsi2`): items whose sort key
+    begins with `sk_prefix`, or comes after `sk_after` in the direction read, or is below
+    `sk_below`; `filter` is applied by DynamoDB after the read (it saves transfer, not reads)."""
+    pk_name, sk_name = (f"{index}pk", f"{index}sk") if index else ("pk", "sk")
     names = {"#pk": pk_name}
     values: dict[str, Any] = {":pk": pk}
     condition = "#pk = :pk"
+    if sum(x is not None for x in (sk_prefix, sk_after, sk_below)) > 1:
+        raise ValueError("give at most one of sk_prefix, sk_after and sk_below")
     if sk_after is not None:
         names["#sk"] = sk_name
         values[":after"] = sk_after
         condition += " AND #sk > :after" if ascending else " AND #sk < :after"
-        if sk_prefix:
-            raise ValueError("sk_prefix and sk_after cannot be combined")
+    elif sk_below is not None:
+        names["#sk"] = sk_name
+        values[":below"] = sk_below
+        condition += " AND #sk < :below"
     elif sk_prefix:
         names["#sk"] = sk_name
         values[":prefix"] = sk_prefix
@@ -214,10 +224,14 @@ def query(
     kwargs: dict[str, Any] = {
         "TableName": _table(),
         "KeyConditionExpression": condition,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": _values(values),
         "ScanIndexForward": ascending,
     }
+    if filter:
+        kwargs["FilterExpression"] = filter
+        names.update(filter_names or {})
+        values.update(filter_values or {})
+    kwargs["ExpressionAttributeNames"] = names
+    kwargs["ExpressionAttributeValues"] = _values(values)
     if index:
         kwargs["IndexName"] = index
     else:
@@ -291,6 +305,20 @@ class Write:
         return {self.kind: action}
 
 
-def transact(writes: Iterable[Write]) -> None:
-    """One TransactWriteItems: all of them or none."""
-    _call("transact_write_items", TransactItems=[w.to_wire() for w in writes])
+def transact(writes: Iterable[Write], *, conflict_retries: int = 3) -> None:
+    """One TransactWriteItems: all of them or none. DynamoDB cancels a transaction that meets
+    another in flight on the same item (`TransactionConflict`) without evaluating it; that one is
+    retried after a short jittered pause, since nothing was decided."""
+    import random
+    import time
+
+    actions = [w.to_wire() for w in writes]
+    for attempt in range(conflict_retries + 1):
+        try:
+            _call("transact_write_items", TransactItems=actions)
+            return
+        except TransactionCanceled as cancelled:
+            decided = [r for r in cancelled.reasons if r not in ("None", "TransactionConflict")]
+            if decided or "TransactionConflict" not in cancelled.reasons or attempt == conflict_retries:
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))

@@ -1,0 +1,16 @@
+"""POST /api/compute/auditEvents/list"""
+
+from typing import Any
+
+from joinplane import audit, operator_api
+from joinplane.http import HttpRequest
+
+routes = operator_api.router()
+
+
+@routes.post("/api/compute/auditEvents/list")
+def list_events(request: HttpRequest) -> dict[str, Any]:
+    return audit.list_events(*operator_api.parse(request, audit.ListAuditEvents))
+
+
+lambda_handler = routes.handle
