@@ -3,8 +3,6 @@ a platform-admin API key (fixed by JOINPLANE_DEV_ADMIN_KEY, so scripts can keep 
 
 from __future__ import annotations
 
-import contextlib
-
 from joinplane import apikeys, credentials, keyauth, pools, store
 from joinplane.errors import AlreadyExists
 from joinplane.grants import Grant
@@ -37,8 +35,8 @@ def seed_dev_tenant(admin_key: str | None, public_url: str = "http://127.0.0.1:3
     secret = install_admin_key(DEV_TENANT, admin_key, "local dev platform admin")
     admin = keyauth.verify(secret)
     assert admin is not None
-    # A persistent endpoint (--endpoint-url) keeps the pool from an earlier run.
-    with contextlib.suppress(AlreadyExists):
+    bootstrap = pools.BootstrapDefaults(controlplaneHttpUrl=public_url)
+    try:
         pools.create(
             admin,
             pools.CreatePool(
@@ -47,7 +45,11 @@ def seed_dev_tenant(admin_key: str | None, public_url: str = "http://127.0.0.1:3
                 siteId=DEV_SITE,
                 name="Dev pool",
                 workspaceId="dev-workspace",
-                bootstrap=pools.BootstrapDefaults(controlplaneHttpUrl=public_url),
+                bootstrap=bootstrap,
             ),
         )
+    except AlreadyExists:
+        # A persistent endpoint (--endpoint-url) keeps the pool from an earlier run, which served
+        # another URL: point its machines at this one.
+        pools.update(admin, pools.UpdatePool(tenantId=DEV_TENANT, poolId=DEV_POOL, bootstrap=bootstrap))
     return secret
