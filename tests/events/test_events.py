@@ -1,0 +1,213 @@
+"""Stream records → events: which transitions publish, with deterministic ids and valid details."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import jsonschema
+import pytest
+
+from joinplane import aws, events, store
+from tests.support import ROOT
+
+SCHEMAS = {
+    p.name.removesuffix(".schema.json"): json.loads(p.read_text())
+    for p in (ROOT / "shared" / "events").glob("*.schema.json")
+}
+
+REQUEST = {
+    "pk": "JREQ#jreq_01m8nyzdwtnzdtnbrhz7qbzdv4",
+    "sk": "JREQ",
+    "requestId": "jreq_01m8nyzdwtnzdtnbrhz7qbzdv4",
+    "tenantId": "acme",
+    "siteId": "s1",
+    "poolId": "gpu",
+    "state": "pending",
+    "createdAt": "2026-11-30T10:00:00Z",
+    "expiresAt": "2026-12-01T10:00:00Z",
+    "expiresAtEpoch": 1,
+    "reasons": [{"attestor": "token", "code": "approval_required", "message": "m"}],
+}
+MACHINE = {
+    "pk": "MACHINE#mach_01m8nyzdzjpxb1y6bbpfkyxvqx",
+    "sk": "MACHINE",
+    "machineId": "mach_01m8nyzdzjpxb1y6bbpfkyxvqx",
+    "tenantId": "acme",
+    "siteId": "s1",
+    "poolId": "gpu",
+    "state": "active",
+    "tokenGeneration": 1,
+    "joinedAt": "2026-11-30T10:00:01Z",
+    "tokenId": "jtok_x",
+    "requestId": None,
+}
+
+
+def record(old: dict[str, Any] | None, new: dict[str, Any] | None, sequence: str = "1") -> dict[str, Any]:
+    change: dict[str, Any] = {
+        "SequenceNumber": sequence,
+        "Keys": store.serialize({"pk": (new or old)["pk"], "sk": (new or old)["sk"]}),
+    }
+    if new is not None:
+        change["NewImage"] = store.serialize(new)
+    if old is not None:
+        change["OldImage"] = store.serialize(old)
+    return {"eventName": "MODIFY" if old and new else ("INSERT" if new else "REMOVE"), "dynamodb": change}
+
+
+def transitions() -> list[tuple[str, dict | None, dict]]:
+    approved = {
+        **REQUEST,
+        "state": "approved",
+        "decidedAt": "2026-11-30T10:05:00Z",
+        "decidedBy": "key_1",
+        "reason": "ok",
+        "poolId": "gpu",
+    }
+    return [
+        ("security.join-request.created", None, REQUEST),
+        ("security.join-request.approved", REQUEST, approved),
+        ("security.join-request.rejected", approved, {**approved, "state": "rejected"}),
+        (
+            "security.join-request.consumed",
+            approved,
+            {
+                **approved,
+                "state": "consumed",
+                "consumedAt": "2026-11-30T10:06:00Z",
+                "machineId": MACHINE["machineId"],
+            },
+        ),
+        (
+            "security.join-request.expired",
+            REQUEST,
+            {**REQUEST, "state": "expired", "expiredAt": "2026-12-01T10:00:00Z"},
+        ),
+        ("security.machine.joined", None, MACHINE),
+        (
+            "security.machine.joined",
+            MACHINE,
+            {**MACHINE, "tokenGeneration": 2, "rejoinedAt": "2026-11-30T11:00:00Z"},
+        ),
+        (
+            "security.machine.revoked",
+            MACHINE,
+            {
+                **MACHINE,
+                "state": "revoked",
+                "revokedAt": "2026-11-30T12:00:00Z",
+                "revokedBy": "key_2",
+                "revokeReason": "stolen",
+            },
+        ),
+        (
+            "security.cluster.node-joined",
+            None,
+            {
+                "pk": "CLUSTERNODE#acme#gpu#n1",
+                "sk": "NODE",
+                "tenantId": "acme",
+                "siteId": "s1",
+                "poolId": "gpu",
+                "nodeId": "n1",
+                "nodeIp": "10.0.0.1",
+                "nodeVersion": "0.9",
+                "digest": "ab",
+                "guestCount": 3,
+                "joinedAt": "2026-11-30T10:00:00Z",
+            },
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("detail_type", "old", "new"), transitions())
+def test_each_transition_publishes_one_valid_event(detail_type: str, old: dict | None, new: dict) -> None:
+    event = events.from_stream_record(record(old, new))
+    assert event is not None and event.detail_type == detail_type
+    jsonschema.validate(event.detail, SCHEMAS[detail_type])
+    # The same record replayed yields the same id
+    again = events.from_stream_record(record(old, new))
+    assert again is not None and again.event_id == event.event_id
+
+
+def test_non_transitions_publish_nothing() -> None:
+    assert events.from_stream_record(record(REQUEST, {**REQUEST, "machine": {"hostname": "x"}})) is None
+    assert events.from_stream_record(record(REQUEST, None)) is None  # TTL deletion
+    assert events.from_stream_record(record(None, {"pk": "POOL#x", "sk": "y"})) is None
+    assert events.from_stream_record(record(MACHINE, {**MACHINE, "certificateSerial": "ab"})) is None
+
+
+def test_distinct_transitions_have_distinct_ids() -> None:
+    ids = [e.event_id for e in (events.from_stream_record(record(o, n)) for _, o, n in transitions()) if e]
+    assert len(set(ids)) == len(ids)
+
+
+def stream_batch(count: int) -> list[dict[str, Any]]:
+    return [
+        record(None, {**REQUEST, "pk": f"JREQ#jreq_{i:026d}", "requestId": f"jreq_{i:026d}"}, str(100 + i))
+        for i in range(count)
+    ]
+
+
+def test_fake_publisher_reports_the_first_failed_record_onward() -> None:
+    fake = events.FakePublisher()
+    assert events.publish_stream_batch(stream_batch(3), fake) == []
+    assert len(fake.published) == 3
+    fake.failing = True
+    assert events.publish_stream_batch(stream_batch(3), fake) == ["100", "101", "102"]
+
+
+def test_eventbridge_publisher_batches_by_ten_and_retries_refused_entries(table: str) -> None:
+    # Given a bus, and EventBridge refusing the 3rd entry of the first call once
+    calls: Counter[str] = Counter()
+    refused_once = {"done": False}
+
+    def count(**_: Any) -> None:
+        calls["PutEvents"] += 1
+
+    def refuse_one(parsed: dict[str, Any], **_: Any) -> None:
+        if not refused_once["done"] and len(parsed.get("Entries", [])) >= 3:
+            parsed["Entries"][2] = {"ErrorCode": "InternalFailure", "ErrorMessage": "injected"}
+            parsed["FailedEntryCount"] = 1
+            refused_once["done"] = True
+
+    client = aws.client("events")
+    client.meta.events.register("before-call.events.PutEvents", count)
+    client.meta.events.register("after-call.events.PutEvents", refuse_one)
+    try:
+        batch = [e for e in (events.from_stream_record(r) for r in stream_batch(23)) if e]
+        events.EventBridgePublisher(backoff=0).publish(batch)
+    finally:
+        client.meta.events.unregister("before-call.events.PutEvents", count)
+        client.meta.events.unregister("after-call.events.PutEvents", refuse_one)
+    # Then 23 events took 3 batches plus one retry of the refused entry
+    assert calls["PutEvents"] == 4
+
+
+def test_eventbridge_publisher_raises_what_still_fails(table: str) -> None:
+    def down(**_: Any) -> None:
+        raise ConnectionError("injected")
+
+    client = aws.client("events")
+    client.meta.events.register("before-call.events.PutEvents", down)
+    try:
+        batch = [e for e in (events.from_stream_record(r) for r in stream_batch(12)) if e]
+        with pytest.raises(events.PublishFailed) as failure:
+            events.EventBridgePublisher(backoff=0).publish(batch)
+    finally:
+        client.meta.events.unregister("before-call.events.PutEvents", down)
+    assert len(failure.value.failed) == 12
+    assert events.publish_stream_batch(stream_batch(2), _Down()) == ["100", "101"]
+
+
+class _Down:
+    def publish(self, batch: list[events.Event]) -> None:
+        raise events.PublishFailed(batch)
+
+
+def test_every_schema_is_a_valid_json_schema() -> None:
+    assert len(SCHEMAS) == 8
+    for schema in SCHEMAS.values():
+        jsonschema.Draft202012Validator.check_schema(schema)

@@ -1,0 +1,244 @@
+"""The approval queue (seed 001): decisions race-free, isolation exactly as the seed says, and
+listing that pages correctly within its stated query bound."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from joinplane import aws, clock, join_requests, keyauth
+from tests.conftest import all_items
+from tests.join.test_join_races import release_together
+from tests.support import call, join
+
+
+def defer_machines(make_token, machine_factory, count: int, **token_options: Any) -> list[str]:
+    token = make_token(requireApproval=True, maxUses=count, **token_options)
+    return [
+        join({"joinToken": token["token"], "csr": machine_factory().csr}).body["joinRequest"]["requestId"]
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_exactly_one_of_concurrent_decisions_writes(verb, make_token, machine_factory, admin_key) -> None:
+    # Given one pending request and 12 operators, each with their own key, deciding it at once
+    [request_id] = defer_machines(make_token, machine_factory, 1)
+    keys = [
+        call(
+            "/api/compute/apiKeys/create",
+            {"tenantId": "acme", "grants": ["compute:join-tokens:*@tenant"]},
+            admin_key,
+        ).body["key"]
+        for _ in range(12)
+    ]
+    results = release_together(
+        lambda i: call(
+            f"/api/compute/joinRequests/{verb}",
+            {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
+            keys[i],
+        ),
+        12,
+    )
+    # Then every caller is answered with the one decision that was written: the same decider for all
+    stored = next(i for i in all_items() if i["pk"] == f"JREQ#{request_id}")
+    assert stored["state"] == {"approve": "approved", "reject": "rejected"}[verb]
+    assert all(r.status == 200 for r in results), [r.body for r in results]
+    assert {r.body["decidedBy"] for r in results} == {stored["decidedBy"]}
+    assert {r.body["decidedAt"] for r in results} == {stored["decidedAt"]}
+
+
+def test_approving_twice_returns_the_approval_unchanged(make_token, machine_factory, admin_key) -> None:
+    [request_id] = defer_machines(make_token, machine_factory, 1)
+    body = {"tenantId": "acme", "poolId": "gpu", "requestId": request_id, "reason": "known rack"}
+    first = call("/api/compute/joinRequests/approve", body, admin_key)
+    clock.advance(5)
+    second = call("/api/compute/joinRequests/approve", {**body, "ttlSeconds": 600}, admin_key)
+    assert first.status == second.status == 200 and first.body == second.body
+    assert first.body["reason"] == "known rack"
+
+
+def test_decided_states_are_invalid_state_exactly_as_the_seed_says(
+    make_token, machine_factory, admin_key
+) -> None:
+    [rejected] = defer_machines(make_token, machine_factory, 1)
+    call(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
+        admin_key,
+    )
+    again = call(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
+        admin_key,
+    )
+    assert again.status == 200 and again.body["state"] == "rejected"
+    approve = call(
+        "/api/compute/joinRequests/approve",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
+        admin_key,
+    )
+    assert (approve.status, approve.code) == (409, "INVALID_STATE")
+
+
+def test_isolation_between_pools_and_tenants(make_token, machine_factory, admin_key) -> None:
+    # Given a request in pool gpu, a pool cpu in another site, and a key for pool cpu only
+    [request_id] = defer_machines(make_token, machine_factory, 1)
+    call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "c", "workspaceId": "w"},
+        admin_key,
+    )
+    cpu_key = call(
+        "/api/compute/apiKeys/create",
+        {"tenantId": "acme", "grants": ["compute:join-tokens:*@compute-pool/cpu"]},
+        admin_key,
+    ).body["key"]
+    # Then listing gpu, or approving gpu's request through either pool, is NOT_FOUND, and no field shows
+    for path, body in [
+        ("list", {"tenantId": "acme", "poolId": "gpu"}),
+        ("approve", {"tenantId": "acme", "poolId": "gpu", "requestId": request_id}),
+        ("approve", {"tenantId": "acme", "poolId": "cpu", "requestId": request_id}),
+        ("reject", {"tenantId": "acme", "poolId": "cpu", "requestId": request_id}),
+    ]:
+        reply = call(f"/api/compute/joinRequests/{path}", body, cpu_key)
+        assert (reply.status, reply.code) == (404, "NOT_FOUND"), (path, body, reply.body)
+        assert request_id not in str(reply.body) and "rack-1" not in str(reply.body)
+    # Another tenant named in the body is PERMISSION_DENIED
+    other = call("/api/compute/joinRequests/list", {"tenantId": "globex", "poolId": "cpu"}, cpu_key)
+    assert (other.status, other.code) == (403, "PERMISSION_DENIED")
+    # A forged or malformed request id
+    forged = call(
+        "/api/compute/joinRequests/approve",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": "jreq_" + "0" * 26},
+        admin_key,
+    )
+    assert forged.code == "NOT_FOUND"
+    malformed = call(
+        "/api/compute/joinRequests/approve",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": "jreq_UPPER"},
+        admin_key,
+    )
+    assert malformed.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        ("ttlSeconds", 59),
+        ("ttlSeconds", 86_401),
+        ("reason", "tab\there"),
+        ("limit", 0),
+        ("limit", 201),
+        ("state", "done"),
+        ("extra", 1),
+    ],
+)
+def test_seed_constraints(make_token, admin_key, field) -> None:
+    name, value = field
+    path = "list" if name in ("limit", "state") else "approve"
+    body = {"tenantId": "acme", "poolId": "gpu", name: value}
+    if path == "approve":
+        body["requestId"] = "jreq_" + "0" * 26
+    make_token()
+    reply = call(f"/api/compute/joinRequests/{path}", body, admin_key)
+    assert reply.code == "INVALID_ARGUMENT"
+
+
+def test_list_pages_through_pool_and_site_requests_oldest_first(
+    make_token, machine_factory, admin_key
+) -> None:
+    pool_requests = defer_machines(make_token, machine_factory, 5)
+    site_requests = defer_machines(make_token, machine_factory, 3, siteId="rack-1")
+    # One of the pool's requests is decided: it leaves the pending listing
+    call(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": pool_requests[0]},
+        admin_key,
+    )
+    expected = sorted(pool_requests[1:] + site_requests)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        body = {"tenantId": "acme", "poolId": "gpu", "limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = call("/api/compute/joinRequests/list", body, admin_key).body
+        seen += [r["requestId"] for r in page["requests"]]
+        assert all(r["state"] == "pending" for r in page["requests"])
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    assert seen == expected
+    everything = call(
+        "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu", "state": "all"}, admin_key
+    ).body["requests"]
+    assert [r["requestId"] for r in everything] == sorted(pool_requests + site_requests)
+
+
+def test_a_page_costs_a_bounded_number_of_queries(make_token, machine_factory, admin_key) -> None:
+    defer_machines(make_token, machine_factory, 4)
+    counted: Counter[str] = Counter()
+
+    def count(event_name: str, **_: Any) -> None:
+        counted[event_name.rsplit(".", 1)[-1]] += 1
+
+    client = aws.client("dynamodb")
+    client.meta.events.register("before-call.dynamodb.*", count)
+    try:
+        for state, sources in [("pending", 1), ("expired", 3), ("all", 5)]:
+            counted.clear()
+            call(
+                "/api/compute/joinRequests/list",
+                {"tenantId": "acme", "poolId": "gpu", "state": state},
+                admin_key,
+            )
+            # authorizer + pool reads are GetItems; Queries: at most rounds x owners x sources
+            assert counted["Query"] <= join_requests.MAX_ROUNDS * 2 * sources
+            assert "Scan" not in counted
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.*", count)
+
+
+def test_keys_see_site_requests_only_through_a_pool_of_that_site(
+    make_token, machine_factory, admin_key
+) -> None:
+    [site_request] = defer_machines(make_token, machine_factory, 1, siteId="rack-1")
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "elsewhere", "siteId": "rack-9", "name": "e", "workspaceId": "w"},
+        admin_key,
+    )
+    elsewhere = call(
+        "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "elsewhere"}, admin_key
+    ).body
+    assert elsewhere["requests"] == []
+    here = call("/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu"}, admin_key).body
+    assert [r["requestId"] for r in here["requests"]] == [site_request] and here["requests"][0][
+        "poolId"
+    ] is None
+
+
+def naive_approve(request_id: str, operator: str) -> str:
+    """The bug we avoid: read the request, check it is pending, then write the approval."""
+    from joinplane import store
+
+    item = store.get(*join_requests.request_key(request_id))
+    assert item is not None
+    if item["state"] != "pending":
+        return str(item["decidedBy"])
+    store.update(
+        *join_requests.request_key(request_id),
+        update="SET #s = :a, decidedBy = :by",
+        names={"#s": "state"},
+        values={":a": "approved", ":by": operator},
+    )
+    return operator
+
+
+def test_the_naive_approval_lets_several_operators_believe_they_decided(make_token, machine_factory) -> None:
+    [request_id] = defer_machines(make_token, machine_factory, 1)
+    answers = release_together(lambda i: naive_approve(request_id, f"key_{i}"), 12)
+    assert len(set(answers)) > 1
