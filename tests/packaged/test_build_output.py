@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,7 +45,11 @@ print(json.dumps(app.lambda_handler(event, Context())))
 
 
 def invoke_built(logical_id: str, event: dict[str, Any]) -> Any:
-    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "TABLE_NAME", "EVENT_BUS_NAME"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("AWS_", "TABLE_NAME", "EVENT_BUS_NAME", "CA_SECRET_PREFIX", "PYDANTIC_"))
+    }
     completed = subprocess.run(
         [
             sys.executable,
@@ -86,26 +92,161 @@ def built_functions() -> set[str]:
     }
 
 
-CASES = {
-    "AuthorizerFunction": lambda key: (
-        http_event("/api/compute/pools/list", "", {"authorization": f"Bearer {key}"}),
+def _pool(key: str) -> None:
+    from tests.support import call
+
+    reply = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "built", "siteId": "s", "name": "Built", "workspaceId": "w"},
+        key,
+    )
+    assert reply.status == 200, reply.body
+
+
+def _join_event(key: str) -> dict[str, Any]:
+    """A CSR join: proves the layer's cryptography works in a bare interpreter."""
+    import tempfile
+
+    from tests.support import call
+
+    _pool(key)
+    token = call("/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "built"}, key).body["token"]
+    directory = Path(tempfile.mkdtemp())
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=x",
+            "-keyout",
+            str(directory / "k"),
+            "-out",
+            str(directory / "c"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return http_event(
+        "/machines/join", json.dumps({"joinToken": token, "csr": (directory / "c").read_text()})
+    )
+
+
+def _stream_event(key: str) -> dict[str, Any]:
+    from joinplane import store
+
+    image = {
+        "pk": "JREQ#jreq_01m8nyzdwtnzdtnbrhz7qbzdv4",
+        "sk": "JREQ",
+        "requestId": "jreq_01m8nyzdwtnzdtnbrhz7qbzdv4",
+        "tenantId": "acme",
+        "siteId": "s",
+        "poolId": "built",
+        "state": "pending",
+        "createdAt": "2026-11-30T10:00:00Z",
+        "expiresAt": "2026-12-01T10:00:00Z",
+        "reasons": [],
+    }
+    return {
+        "Records": [
+            {
+                "eventName": "INSERT",
+                "dynamodb": {
+                    "SequenceNumber": "1",
+                    "NewImage": store.serialize(image),
+                    "Keys": store.serialize({"pk": image["pk"], "sk": "JREQ"}),
+                },
+            }
+        ]
+    }
+
+
+def _ok(result: dict[str, Any], key: str = "") -> bool:
+    body = json.loads(result["body"])
+    return result["statusCode"] == 200 and (not key or key in body)
+
+
+Case = tuple[Callable[[str], dict[str, Any]], Callable[[Any], bool]]
+CASES: dict[str, Case] = {
+    "AuthorizerFunction": (
+        lambda key: http_event("/api/compute/pools/list", "", {"authorization": f"Bearer {key}"}),
         lambda r: r["isAuthorized"] and r["context"]["tenantId"] == "acme",
     ),
-    "ApiKeysFunction": lambda key: (
-        route_event("/api/compute/apiKeys/list", {"tenantId": "acme"}, key),
-        lambda r: r["statusCode"] == 200 and "apiKeys" in json.loads(r["body"]),
+    "ApiKeysFunction": (
+        lambda key: route_event("/api/compute/apiKeys/list", {"tenantId": "acme"}, key),
+        lambda r: _ok(r, "apiKeys"),
     ),
-    "PoolsFunction": lambda key: (
-        route_event(
+    "PoolsFunction": (
+        lambda key: route_event(
             "/api/compute/pools/create",
             {"tenantId": "acme", "poolId": "built", "siteId": "s", "name": "Built", "workspaceId": "w"},
             key,
         ),
-        lambda r: r["statusCode"] == 200 and json.loads(r["body"])["state"] == "active",
+        lambda r: _ok(r) and json.loads(r["body"])["state"] == "active",
     ),
-    "JoinTokensFunction": lambda key: (
-        route_event("/api/compute/joinTokens/list", {"tenantId": "acme", "poolId": "nope"}, key),
+    "JoinTokensFunction": (
+        lambda key: route_event("/api/compute/joinTokens/list", {"tenantId": "acme", "poolId": "nope"}, key),
         lambda r: r["statusCode"] == 404,
+    ),
+    "MachineJoinFunction": (
+        _join_event,
+        lambda r: r["statusCode"] == 200 and "BEGIN CERTIFICATE" in json.loads(r["body"])["certificate"],
+    ),
+    "MachinesFunction": (
+        lambda key: (
+            _pool(key),
+            route_event("/api/compute/machines/list", {"tenantId": "acme", "poolId": "built"}, key),
+        )[1],
+        lambda r: _ok(r, "machines"),
+    ),
+    "JoinRequestsFunction": (
+        lambda key: (
+            _pool(key),
+            route_event("/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "built"}, key),
+        )[1],
+        lambda r: _ok(r, "requests"),
+    ),
+    "DiscoveryFunction": (
+        lambda key: (
+            _pool(key),
+            route_event("/api/compute/discovery/list", {"tenantId": "acme", "siteId": "s"}, key),
+        )[1],
+        lambda r: _ok(r, "entries"),
+    ),
+    "TpmAllowListFunction": (
+        lambda key: (
+            _pool(key),
+            route_event("/api/compute/tpmAllowList/list", {"tenantId": "acme", "siteId": "s"}, key),
+        )[1],
+        lambda r: r["statusCode"] == 200,
+    ),
+    "AuditEventsFunction": (
+        lambda key: route_event("/api/compute/auditEvents/list", {"tenantId": "acme"}, key),
+        lambda r: _ok(r, "events"),
+    ),
+    "EventPublisherFunction": (_stream_event, lambda r: r == {"batchItemFailures": []}),
+    "AuditConsumerFunction": (
+        lambda key: {
+            "source": "joinplane",
+            "detail-type": "security.machine.revoked",
+            "detail": {
+                "eventId": "evt_" + "0" * 32,
+                "occurredAt": "2026-11-30T10:00:00Z",
+                "tenantId": "acme",
+                "poolId": "built",
+                "machineId": "mach_x",
+            },
+        },
+        lambda r: r["stored"] is True,
+    ),
+    "RetentionFunction": (
+        lambda key: {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+        lambda r: r == {"expired": 0},
     ),
 }
 
@@ -118,7 +259,8 @@ def test_every_built_function_has_a_case() -> None:
 def test_built_handler_runs_from_the_artifact(table: str, logical_id: str) -> None:
     # Given a platform admin in the table the built function will reach through AWS_ENDPOINT_URL
     key = install_admin_key("acme", None, "packaged")
-    event, expected = CASES[logical_id](key)
+    make_event, expected = CASES[logical_id]
+    event = make_event(key)
     # When the built handler is imported and invoked in a bare interpreter
     result = invoke_built(logical_id, event)
     # Then it answers as the source tree does
