@@ -328,6 +328,15 @@ def _claim_writes(tenant: str, machine_id: str, claims: list[tuple[str, str]]) -
     return writes
 
 
+def _failed(labelled: list[tuple[str, store.Write]], cancelled: store.TransactionCanceled) -> dict[str, Any]:
+    """Which labelled writes' conditions failed, with each item as it is now."""
+    return {
+        label: current
+        for (label, _), reason, current in zip(labelled, cancelled.reasons, cancelled.current, strict=False)
+        if reason == "ConditionalCheckFailed"
+    }
+
+
 # --- fresh joins -----------------------------------------------------------------------------
 
 
@@ -424,13 +433,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             store.transact([w for _, w in labelled])
             return outcome
         except store.TransactionCanceled as cancelled:
-            failed = {
-                label: current
-                for (label, _), reason, current in zip(
-                    labelled, cancelled.reasons, cancelled.current, strict=False
-                )
-                if reason == "ConditionalCheckFailed"
-            }
+            failed = _failed(labelled, cancelled)
             if "identity" in failed and failed["identity"] is not None:
                 raise _IdentityTaken(failed["identity"]) from None
             if "token" in failed:
@@ -550,11 +553,7 @@ def _consume(
             store.transact([w for _, w in labelled])
             return _admitted(pool, machine_id, secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
-            failed = {
-                label
-                for (label, _), reason in zip(labelled, cancelled.reasons, strict=False)
-                if reason == "ConditionalCheckFailed"
-            }
+            failed = _failed(labelled, cancelled)
             if "request" in failed:
                 current = store.get(*join_requests.request_key(request_item["requestId"]))
                 state = join_requests.state_now(current) if current else "expired"
@@ -634,11 +633,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             store.transact([w for _, w in labelled])
             return _admitted(pool, machine["machineId"], secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
-            failed = {
-                label
-                for (label, _), reason in zip(labelled, cancelled.reasons, strict=False)
-                if reason == "ConditionalCheckFailed"
-            }
+            failed = _failed(labelled, cancelled)
             if "machine" in failed:
                 current = store.get(*machines.machine_key(machine["machineId"]))
                 if current is None or current["state"] != "active":
