@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from joinplane import apikeys, discovery, join_requests, machines, pools, tokens, tpm_allow
+from joinplane import apikeys, audit, discovery, join_requests, machines, pools, tokens, tpm_allow
+from joinplane.clusters import membership
 from joinplane_local.template import Template, load
 
 REQUESTS: dict[str, tuple[type[BaseModel], str]] = {
@@ -54,6 +55,16 @@ REQUESTS: dict[str, tuple[type[BaseModel], str]] = {
     "/api/compute/tpmAllowList/add": (tpm_allow.AddKey, "Allow a TPM endorsement key at a site."),
     "/api/compute/tpmAllowList/list": (tpm_allow.ListKeys, "List a site's allowed TPM endorsement keys."),
     "/api/compute/tpmAllowList/remove": (tpm_allow.RemoveKey, "Remove an allowed TPM endorsement key."),
+    "/api/compute/auditEvents/list": (audit.ListAuditEvents, "List security events, newest first."),
+    "/api/compute/clusters/rotateKey": (
+        membership.RotateClusterKey,
+        "Make the pool a cluster, or rotate its key.",
+    ),
+    "/api/compute/clusters/nodes/list": (membership.ListClusterNodes, "List a cluster's member nodes."),
+    "/api/compute/clusters/guests/list": (
+        membership.ListClusterGuests,
+        "List a cluster's guest-ID registry.",
+    ),
 }
 
 ERROR = {

@@ -166,6 +166,25 @@ def _stream_event(key: str) -> dict[str, Any]:
     }
 
 
+def _cluster_preflight(key: str) -> dict[str, Any]:
+    from tests.support import call
+
+    _pool(key)
+    cluster_key = call("/api/compute/clusters/rotateKey", {"tenantId": "acme", "poolId": "built"}, key).body
+    body = {
+        "nodeId": "n1",
+        "nodeIp": "10.0.0.1",
+        "nodeVersion": "1",
+        "preflight": True,
+        "inventory": {
+            "entries": [],
+            "conflicts": [],
+            "digest": "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+        },
+    }
+    return http_event("/cluster/accept-join", json.dumps(body), {"x-cluster-key": cluster_key["clusterKey"]})
+
+
 def _ok(result: dict[str, Any], key: str = "") -> bool:
     body = json.loads(result["body"])
     return result["statusCode"] == 200 and (not key or key in body)
@@ -243,6 +262,19 @@ CASES: dict[str, Case] = {
             },
         },
         lambda r: r["stored"] is True,
+    ),
+    "ClustersFunction": (
+        lambda key: (
+            _pool(key),
+            route_event("/api/compute/clusters/rotateKey", {"tenantId": "acme", "poolId": "built"}, key),
+        )[1],
+        lambda r: _ok(r, "clusterKey"),
+    ),
+    "ClusterJoinFunction": (
+        _cluster_preflight,
+        lambda r: (
+            r["statusCode"] == 200 and json.loads(r["body"])["message"] == "cluster_join_preflight_passed"
+        ),
     ),
     "RetentionFunction": (
         lambda key: {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
