@@ -1,0 +1,521 @@
+"""The machine's side: `joinplane join` and `joinplane renew`.
+
+The server tells outcomes apart by gRPC code, and PERMISSION_DENIED (7) covers four of them
+(rejected, expired, revoked, denied by an attestor) with `details` empty; the message is the only
+place they differ, so `classify_denial` reads it. An unrecognised 7 is treated as a denial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from joinplane_cli import facts as machine_facts
+from joinplane_cli import render, statedir
+from joinplane_cli.api import ApiError, Client, Response, Unreachable
+from joinplane_cli.exits import CliError, Exit
+from joinplane_cli.keys import MachineKey, csr_matches
+
+DEFAULT_RETRY_AFTER = 30.0
+JITTER = 0.25  # up to 25% later than asked: many machines deferred together must not retry in step
+QUICK_RETRIES = 3  # transient failures retried even without --wait
+MAX_BACKOFF = 60.0
+
+_REJECTED = re.compile(r"join request (jreq_[0-9a-z]+) (?:was|is) rejected(?::\s*(.*))?", re.S)
+_EXPIRED = re.compile(r"join request (jreq_[0-9a-z]+) (?:has expired|is expired)")
+_DEFERRED = re.compile(r"^join deferred: (.*?)\.? An operator must approve jreq_[0-9a-z]+\.?$", re.S)
+
+
+@dataclass(frozen=True)
+class Denial:
+    exit_code: Exit
+    headline: str
+    reason: str = ""
+    request_id: str = ""
+
+
+def classify_denial(message: str) -> Denial:
+    if found := _REJECTED.search(message):
+        return Denial(
+            Exit.REJECTED,
+            f"Join request {found.group(1)} was rejected by an operator.",
+            (found.group(2) or "").strip(),
+            found.group(1),
+        )
+    if found := _EXPIRED.search(message):
+        return Denial(
+            Exit.EXPIRED,
+            f"Join request {found.group(1)} expired before it was approved and used.",
+            request_id=found.group(1),
+        )
+    if "no longer exists" in message:
+        return Denial(Exit.EXPIRED, "This machine's join request no longer exists (it expired long ago).")
+    if "revoked" in message:
+        return Denial(Exit.DENIED, "This machine has been revoked by an operator.", message)
+    return Denial(Exit.DENIED, "The join was denied.", message.removeprefix("join denied: "))
+
+
+def _words(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class StatusLine:
+    """One line rewritten in place on a terminal; plain lines for logs and pipes (a `\\r` there
+    would glue every update into one unreadable line)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self._shown = False
+
+    def show(self, text: str, *, tick: bool = False) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[2K" + text)
+            self._shown = True
+        elif not tick:
+            self.out.write(text + "\n")
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.tty and self._shown:
+            self.out.write("\n")
+            self.out.flush()
+        self._shown = False
+
+
+@dataclass
+class JoinOptions:
+    url: str
+    token: str
+    directory: Path
+    wait: bool = False
+    dry_run: bool = False
+    poll_interval: float | None = None
+    max_wait: float | None = None
+    new_key: bool = False
+    rejoin: bool = False
+    output: str = "table"
+    timeout: float = 30.0
+    facts_root: Path = Path("/")
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+@dataclass
+class _Wait:
+    started: float = field(default_factory=time.monotonic)
+    request_id: str = ""
+    expires_at: str = ""
+    clock_offset: float = 0.0  # server clock minus ours
+    announced: bool = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Agent:
+    def __init__(self, options: JoinOptions) -> None:
+        self.o = options
+        self.client = Client(options.url, timeout=options.timeout)
+
+    def say(self, text: str = "") -> None:
+        if self.o.output != "json":
+            print(text, file=self.o.out, flush=True)
+
+    def complain(self, text: str) -> None:
+        print(text, file=self.o.err, flush=True)
+
+    # --- the key ---------------------------------------------------------------------------
+
+    def _stored_key(self) -> MachineKey | None:
+        stored = statedir.read(self.o.directory, statedir.KEY)
+        if stored is None:
+            return None
+        try:
+            return MachineKey.load(stored.encode())
+        except ValueError as bad:
+            raise CliError(f"{self.o.directory / statedir.KEY}: {bad}", Exit.USAGE) from None
+
+    def _key(self, hostname: str, *, persist: bool) -> tuple[MachineKey, str]:
+        directory = self.o.directory
+        key = None if self.o.new_key else self._stored_key()
+        if key is not None:
+            csr = statedir.read(directory, statedir.CSR)
+            if csr is not None and csr_matches(csr, key):
+                return key, csr
+        else:
+            key = MachineKey.generate()
+            if persist:
+                statedir.write_file(directory, statedir.KEY, statedir.content(statedir.KEY, key.pem()))
+        csr = key.csr(hostname)
+        if persist:
+            statedir.write_file(directory, statedir.CSR, statedir.content(statedir.CSR, csr))
+        return key, csr
+
+    # --- join ------------------------------------------------------------------------------
+
+    def join(self) -> Exit:
+        facts = machine_facts.collect(self.o.facts_root)
+        if self.o.dry_run:
+            return self._dry_run(facts)
+        try:
+            with statedir.locked(self.o.directory):
+                try:
+                    recovered = statedir.recover(self.o.directory)
+                    if recovered:
+                        self.say(f"Recovered {self.o.directory}: {recovered}.")
+                    self._refuse_if_joined()
+                    statedir.ensure(self.o.directory)
+                    key, csr = self._key(facts.hostname, persist=True)
+                except OSError as failed:
+                    raise CliError(f"{self.o.directory}: {failed.strerror or failed}", Exit.USAGE) from None
+                return self._join_loop(facts, key, csr)
+        except statedir.Busy as busy:
+            raise CliError(str(busy), Exit.USAGE) from None
+
+    def _refuse_if_joined(self) -> None:
+        if self.o.rejoin:
+            return
+        machine = statedir.read(self.o.directory, statedir.MACHINE)
+        if machine is None or statedir.read(self.o.directory, statedir.TOKEN) is None:
+            return
+        try:
+            machine_id = json.loads(machine).get("machineId", "?")
+        except (ValueError, AttributeError):
+            machine_id = "?"
+        raise CliError(
+            f"{self.o.directory} already holds the identity of machine {machine_id}. "
+            "Use `joinplane renew` for a new certificate, or `join --rejoin` to join again with this key.",
+            Exit.USAGE,
+        )
+
+    def _body(self, facts: machine_facts.Facts, csr: str) -> dict[str, Any]:
+        return {**facts.request_fields(), "csr": csr}
+
+    def _dry_run(self, facts: machine_facts.Facts) -> Exit:
+        # The stored key, if any, so the verdict is the one this machine's next join would get.
+        key = self._stored_key() or MachineKey.generate()
+        body = {**self._body(facts, key.csr(facts.hostname)), "dryRun": True}
+        response = self._post_join(body)
+        verdict = str(response.body.get("verdict", "")) or ("admit" if response.body.get("ok") else "deny")
+        reasons = response.body.get("reasons") or []
+        if self.o.output == "json":
+            render.print_json(
+                {"verdict": verdict, "reasons": reasons, "message": response.body.get("errMsg", "")},
+                self.o.out,
+            )
+        else:
+            self.say(f"Dry run: the server would {verdict.upper()} this join. Nothing was recorded.")
+            self.say(f"  machine  {facts.summary()}")
+            for reason in reasons:
+                self.say(
+                    f"  {reason.get('attestor', '?')}: {reason.get('message', '')} ({reason.get('code', '')})"
+                )
+            if not reasons and response.body.get("errMsg"):
+                self.say(f"  {response.body['errMsg']}")
+        return {"admit": Exit.OK, "defer": Exit.PENDING}.get(verdict, Exit.DENIED)
+
+    def _post_join(self, body: dict[str, Any]) -> Response:
+        """One join call, with the quick retries every client owes a transient failure."""
+        delay = 1.0
+        for attempt in range(QUICK_RETRIES):
+            try:
+                return self.client.post("/machines/join", body, bearer=self.o.token)
+            except ApiError as failed:
+                if not failed.transient or attempt == QUICK_RETRIES - 1:
+                    raise
+            time.sleep(delay * (1 + random.random() * JITTER))
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _join_loop(self, facts: machine_facts.Facts, key: MachineKey, csr: str) -> Exit:
+        body = self._body(facts, csr)
+        self.say(f"Joining {self.o.url} as {facts.summary()}")
+        for what, why in facts.skipped:
+            self.say(f"  not reported: {what} ({why})")
+        wait = _Wait()
+        # JSON on stdout must stay parseable: progress then goes to stderr.
+        status = StatusLine(self.o.err if self.o.output == "json" else self.o.out)
+        backoff = 1.0
+        try:
+            while True:
+                try:
+                    response = self._post_join(body)
+                    backoff = 1.0
+                except ApiError as failed:
+                    if failed.code == "PERMISSION_DENIED":
+                        status.done()
+                        return self._denied(classify_denial(failed.server_message))
+                    if failed.code == "UNAUTHENTICATED":
+                        status.done()
+                        raise CliError(
+                            "The join token was refused (unknown, revoked, expired or used up). "
+                            "Ask an operator for a new one (`joinplane tokens create`).",
+                            Exit.UNAUTHENTICATED,
+                        ) from None
+                    if not (self.o.wait and wait.announced and failed.transient):
+                        raise
+                    backoff = self._pause(
+                        status, wait, min(backoff * 2, MAX_BACKOFF), f"server busy ({failed.code})"
+                    )
+                    continue
+                except Unreachable as down:
+                    if not (self.o.wait and wait.announced):
+                        raise
+                    backoff = self._pause(
+                        status, wait, min(backoff * 2, MAX_BACKOFF), f"server unreachable: {down.reason}"
+                    )
+                    continue
+                if response.status == 200 and response.body.get("ok"):
+                    status.done()
+                    return self._admitted(response, key, csr)
+                if response.status == 202 and isinstance(response.body.get("joinRequest"), dict):
+                    request = response.body["joinRequest"]
+                    wait.request_id = str(request.get("requestId", ""))
+                    wait.expires_at = str(request.get("expiresAt", ""))
+                    wait.clock_offset = response.now() - time.time()
+                    if not wait.announced:
+                        self._announce(response)
+                        wait.announced = True
+                        if not self.o.wait:
+                            self.say(
+                                "Run the same command again once it is approved (or add --wait to keep "
+                                f"asking); the key in {self.o.directory} is kept for that."
+                            )
+                            return Exit.PENDING
+                    if self.o.max_wait is not None and wait.elapsed() >= self.o.max_wait:
+                        status.done()
+                        waited = _words(wait.elapsed())
+                        self.say(f"Gave up waiting after {waited}; {wait.request_id} is still pending.")
+                        return Exit.PENDING
+                    retry_after = float(response.body.get("retryAfterSeconds") or DEFAULT_RETRY_AFTER)
+                    interval = self.o.poll_interval if self.o.poll_interval is not None else retry_after
+                    self._pause(status, wait, interval, "pending")
+                    continue
+                raise CliError(
+                    f"unexpected answer from the server (HTTP {response.status}): "
+                    f"{str(response.body.get('errMsg') or response.body)[:200]}"
+                )
+        except KeyboardInterrupt:
+            status.done()
+            if wait.request_id:
+                self.complain(
+                    f"Stopped waiting. Join request {wait.request_id} stays pending; run the same command "
+                    "again to keep waiting (the key is kept)."
+                )
+            else:
+                self.complain("Interrupted.")
+            return Exit.INTERRUPTED
+
+    def _pause(self, status: StatusLine, wait: _Wait, seconds: float, state: str) -> float:
+        """Sleep `seconds` plus jitter, keeping the status line current; returns `seconds`."""
+        until = time.monotonic() + seconds * (1 + random.random() * JITTER)
+        first = True
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 and not first:
+                return seconds
+            now = time.time() + wait.clock_offset
+            expires = render.until(wait.expires_at, now) if wait.expires_at else "-"
+            text = (
+                f"[waited {_words(wait.elapsed())}] {wait.request_id or 'join'}: {state}, "
+                f"request expires {expires}; next check in {math.ceil(max(left, 0))}s"
+            )
+            status.show(text, tick=not first)
+            first = False
+            if left <= 0:
+                return seconds
+            time.sleep(min(left, 1.0))
+
+    def _announce(self, response: Response) -> None:
+        request = response.body["joinRequest"]
+        message = str(response.body.get("errMsg", ""))
+        found = _DEFERRED.match(message)
+        reasons = found.group(1) if found else message
+        self.say(f"Join deferred: {reasons}.")
+        request_id, expires = request.get("requestId"), request.get("expiresAt")
+        self.say(f"  request  {request_id}")
+        self.say(f"  expires  {expires} ({render.until(expires, response.now())})")
+        self.say("An operator decides it with:")
+        self.say(f"  joinplane requests approve {request_id} --tenant TENANT --pool POOL")
+        self.say(f"  joinplane requests reject {request_id} --tenant TENANT --pool POOL --reason '...'")
+        if self.o.output == "json":
+            render.print_json(
+                {
+                    "state": "pending",
+                    "requestId": request.get("requestId"),
+                    "expiresAt": request.get("expiresAt"),
+                },
+                self.o.out,
+            )
+
+    def _denied(self, denial: Denial) -> Exit:
+        self.complain(denial.headline)
+        if denial.exit_code == Exit.REJECTED:
+            self.complain(f"Reason: {denial.reason or '(the operator gave none)'}")
+        elif denial.reason:
+            self.complain(f"Reason: {denial.reason}")
+        if denial.exit_code in (Exit.REJECTED, Exit.EXPIRED):
+            self.complain(
+                "This key cannot ask again. To start over, get a new join token and run "
+                "`joinplane join --new-key` (or use a new --dir)."
+            )
+        return denial.exit_code
+
+    def _admitted(self, response: Response, key: MachineKey, csr: str) -> Exit:
+        body = response.body
+        machine = {
+            "machineId": body.get("machineId", ""),
+            "workspaceId": body.get("workspaceId", ""),
+            "poolName": body.get("poolName", ""),
+            "url": self.o.url,
+            "schedulable": bool(body.get("schedulable")),
+            "certificateExpiresAt": body.get("certificateExpiresAt", ""),
+            "joinedAt": render.rfc3339(response.now()),
+        }
+        files: dict[str, str | bytes] = {
+            statedir.KEY: key.pem(),
+            statedir.CSR: csr,
+            statedir.CERTIFICATE: str(body.get("certificate", "")),
+            statedir.CA: str(body.get("caCertificates", "")),
+            statedir.BOOTSTRAP: json.dumps(body.get("bootstrap") or {}, indent=2) + "\n",
+            statedir.TOKEN: str(body.get("machineToken", "")) + "\n",
+            statedir.MACHINE: json.dumps(machine, indent=2) + "\n",
+        }
+        try:
+            statedir.commit(self.o.directory, {n: statedir.content(n, d) for n, d in files.items()})
+        except KeyboardInterrupt:
+            # A Ctrl-C held back during the renames is delivered right after them: the identity is
+            # in place, so report it rather than "stopped waiting".
+            if statedir.read(self.o.directory, statedir.TOKEN) != files[statedir.TOKEN]:
+                raise
+        except OSError as failed:
+            raise CliError(
+                f"admitted as {machine['machineId']}, but {self.o.directory} could not be written "
+                f"({failed.strerror or failed}); fix that and run the same join again: the server "
+                "re-admits this key as the same machine with a new token",
+                Exit.ERROR,
+            ) from None
+        if self.o.output == "json":
+            render.print_json(
+                {**machine, "state": "admitted", "directory": str(self.o.directory)}, self.o.out
+            )
+            return Exit.OK
+        self.say(f'Admitted: this machine joined pool "{machine["poolName"]}" as {machine["machineId"]}.')
+        render.fields(
+            [
+                ("machine", machine["machineId"]),
+                ("workspace", machine["workspaceId"]),
+                ("pool", machine["poolName"]),
+                ("schedulable", machine["schedulable"]),
+                (
+                    "certificate",
+                    f"expires {machine['certificateExpiresAt']} "
+                    f"({render.until(machine['certificateExpiresAt'], response.now())})",
+                ),
+                ("directory", str(self.o.directory)),
+                ("files", " ".join(files)),
+            ],
+            self.o.out,
+        )
+        return Exit.OK
+
+
+# --- renew ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RenewOptions:
+    url: str | None
+    directory: Path
+    rotate_key: bool = False
+    output: str = "table"
+    timeout: float = 30.0
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+def renew(options: RenewOptions) -> Exit:
+    directory = options.directory
+    try:
+        with statedir.locked(directory):
+            statedir.recover(directory)
+            token = (statedir.read(directory, statedir.TOKEN) or "").strip()
+            stored_key = statedir.read(directory, statedir.KEY)
+            if not token or stored_key is None:
+                raise CliError(
+                    f"{directory} holds no joined machine (no machine.token); run `joinplane join`",
+                    Exit.USAGE,
+                )
+            try:
+                machine = json.loads(statedir.read(directory, statedir.MACHINE) or "{}")
+            except ValueError:
+                machine = {}
+            url = options.url or machine.get("url")
+            if not url:
+                raise CliError("no server URL: pass --url or set JOINPLANE_URL", Exit.USAGE)
+            key = MachineKey.generate() if options.rotate_key else MachineKey.load(stored_key.encode())
+            csr = key.csr(str(machine.get("machineId", "")))
+            client = Client(url, timeout=options.timeout)
+            try:
+                response = client.post("/machines/renew", {"machineToken": token, "csr": csr})
+            except ApiError as failed:
+                if failed.code == "PERMISSION_DENIED":
+                    raise CliError(f"Renewal refused: {failed.server_message}", Exit.DENIED) from None
+                if failed.code == "UNAUTHENTICATED":
+                    raise CliError(
+                        "Renewal refused: the machine token is not valid (replaced by a re-join?)",
+                        Exit.UNAUTHENTICATED,
+                    ) from None
+                raise
+            body = response.body
+            machine.update(url=url, certificateExpiresAt=body.get("certificateExpiresAt", ""))
+            files: dict[str, str | bytes] = {
+                name: (directory / name).read_bytes()
+                for name in statedir.OURS
+                if (directory / name).is_file()
+            }
+            files.update(
+                {
+                    statedir.KEY: key.pem(),
+                    statedir.CSR: csr,
+                    statedir.CERTIFICATE: str(body.get("certificate", "")),
+                    statedir.CA: str(body.get("caCertificates", "")),
+                    statedir.MACHINE: json.dumps(machine, indent=2) + "\n",
+                }
+            )
+            statedir.commit(directory, {n: statedir.content(n, d) for n, d in files.items()})
+    except statedir.Busy as busy:
+        raise CliError(str(busy), Exit.USAGE) from None
+    except OSError as failed:
+        raise CliError(f"{directory}: {failed.strerror or failed}", Exit.USAGE) from None
+    expires = body.get("certificateExpiresAt", "")
+    if options.output == "json":
+        render.print_json(
+            {
+                "machineId": body.get("machineId"),
+                "certificateExpiresAt": expires,
+                "keyRotated": options.rotate_key,
+                "directory": str(directory),
+            },
+            options.out,
+        )
+    else:
+        print(
+            f"Renewed the certificate of {body.get('machineId')}: expires {expires} "
+            f"({render.until(expires, response.now())}).",
+            file=options.out,
+        )
+        if options.rotate_key:
+            print("  The machine's key was replaced; the old key no longer identifies it.", file=options.out)
+    return Exit.OK

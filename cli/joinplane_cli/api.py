@@ -1,0 +1,192 @@
+"""The HTTP API as the CLI sees it: POST JSON, read JSON, and turn every failure into one error type.
+
+Three error dialects reach us: the operator API's `{"error": {code, message, details}}`, the machine
+endpoints' grpc-gateway `rpcStatus` `{code, message, details}` (numeric gRPC codes), and API
+Gateway's own `{"message": ...}` (no route, no Authorization header). `ApiError` holds any of them
+with a symbolic `code`, so callers branch on names, never on the dialect.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from joinplane_cli.exits import CliError, Exit
+
+USER_AGENT = "joinplane-cli/0.1.0"
+DEFAULT_TIMEOUT = 30.0
+
+# gRPC status codes by number, as seed 002's rpcStatus carries them.
+GRPC_NAMES = {
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
+# What API Gateway itself answers with only `{"message": ...}`.
+_GATEWAY_CODES = {
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    413: "PAYLOAD_TOO_LARGE",
+}
+_TRANSIENT_CODES = frozenset({"UNAVAILABLE", "RESOURCE_EXHAUSTED", "ABORTED", "DEADLINE_EXCEEDED"})
+
+
+class Unreachable(CliError):
+    """No HTTP answer at all."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach {url}: {reason}", Exit.UNREACHABLE)
+        self.url = url
+        self.reason = reason
+
+
+class ApiError(CliError):
+    """The server answered with an error."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: list[Any] | None = None, grpc: int | None = None
+    ) -> None:
+        shown = f"{code} ({grpc})" if grpc is not None else code
+        super().__init__(
+            f"{shown}: {message}" if message else shown,
+            Exit.UNAUTHENTICATED if code == "UNAUTHENTICATED" else Exit.ERROR,
+        )
+        self.status = status
+        self.code = code
+        self.grpc = grpc
+        self.details = details or []
+        self.server_message = message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying unchanged: the server said so (UNAVAILABLE, ABORTED...) or a gateway did."""
+        return self.code in _TRANSIENT_CODES or self.status in (429, 502, 503, 504)
+
+
+@dataclass
+class Response:
+    status: int
+    body: dict[str, Any]
+    # The server's clock (the Date header), so "expires in" is right on a machine with a bad clock.
+    server_time: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def now(self) -> float:
+        return self.server_time if self.server_time is not None else time.time()
+
+
+def _server_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def parse_error(status: int, raw: bytes) -> ApiError:
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = None
+    if isinstance(document, dict):
+        envelope = document.get("error")
+        if isinstance(envelope, dict) and "code" in envelope:
+            return ApiError(
+                status,
+                str(envelope["code"]),
+                str(envelope.get("message", "")),
+                envelope.get("details") if isinstance(envelope.get("details"), list) else None,
+            )
+        if isinstance(document.get("code"), int):
+            number = int(document["code"])
+            return ApiError(
+                status,
+                GRPC_NAMES.get(number, f"CODE_{number}"),
+                str(document.get("message", "")),
+                document.get("details") if isinstance(document.get("details"), list) else None,
+                grpc=number,
+            )
+        if isinstance(document.get("message"), str):
+            return ApiError(status, _GATEWAY_CODES.get(status, f"HTTP_{status}"), document["message"])
+    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
+    return ApiError(status, f"HTTP_{status}", text[:200] or http.client.responses.get(status, ""))
+
+
+def _reason(error: BaseException) -> str:
+    """A connection failure in words, without the exception class soup."""
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        error = error.reason if isinstance(error.reason, BaseException) else Exception(str(error.reason))
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (is the server running?)"
+    if isinstance(error, socket.gaierror):
+        return f"unknown host ({error.strerror})"
+    if isinstance(error, TimeoutError | socket.timeout):
+        return "timed out"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS failed ({error.reason or error})"
+    if isinstance(error, ConnectionResetError | http.client.RemoteDisconnected):
+        return "the connection was closed before an answer arrived"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return str(error) or type(error).__name__
+
+
+class Client:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise CliError(f"--url must be an http:// or https:// URL, got {url!r}", Exit.USAGE)
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def post(self, path: str, body: dict[str, Any], *, bearer: str | None = None) -> Response:
+        """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
+        secret = bearer or self.api_key
+        if secret:
+            headers["Authorization"] = f"Bearer {secret}"
+        request = urllib.request.Request(  # noqa: S310 (the scheme is checked in __init__)
+            self.url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
+                raw = answer.read()
+                status = answer.status
+                answer_headers = {k.lower(): v for k, v in answer.headers.items()}
+        except urllib.error.HTTPError as failed:
+            with failed:
+                raise parse_error(failed.code, failed.read()) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as failed:
+            raise Unreachable(self.url, _reason(failed)) from None
+        try:
+            document = json.loads(raw or b"{}")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ApiError(status, f"HTTP_{status}", "the server's answer is not JSON") from None
+        if not isinstance(document, dict):
+            raise ApiError(status, f"HTTP_{status}", "the server's answer is not a JSON object")
+        return Response(status, document, _server_time(answer_headers.get("date")), answer_headers)

@@ -1,0 +1,62 @@
+"""The machine's key and CSR. The key never leaves DIR; the server matches retries on the SHA-256 of
+the CSR's public key, so reusing the key on every retry is what keeps one join request per machine."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class MachineKey:
+    key: ec.EllipticCurvePrivateKey
+
+    @classmethod
+    def generate(cls) -> MachineKey:
+        return cls(ec.generate_private_key(ec.SECP256R1()))
+
+    @classmethod
+    def load(cls, pem: bytes) -> MachineKey:
+        key = serialization.load_pem_private_key(pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
+            raise ValueError("machine.key is not an ECDSA P-256 private key")
+        return cls(key)
+
+    def pem(self) -> bytes:
+        return self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    def public_key_sha256(self) -> str:
+        """The join identity the server computes from our CSR."""
+        spki = self.key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return hashlib.sha256(spki).hexdigest()
+
+    def csr(self, common_name: str) -> str:
+        # The server ignores the subject (the certificate names the machine id); the hostname only
+        # helps a person reading the CSR.
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (common_name or "joinplane-machine")[:64])])
+        request = x509.CertificateSigningRequestBuilder().subject_name(name).sign(self.key, hashes.SHA256())
+        return request.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def csr_matches(csr_pem: str, key: MachineKey) -> bool:
+    """A stored CSR is reused only if it is for this key (a restored backup could mix them)."""
+    try:
+        request = x509.load_pem_x509_csr(csr_pem.encode())
+    except ValueError:
+        return False
+    ours = key.key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    theirs = request.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return ours == theirs and request.is_signature_valid
