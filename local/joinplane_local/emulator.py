@@ -6,6 +6,13 @@ writes in plain Python, so two threads could interleave inside one request; that
 the emulator, not behaviour our code may rely on. One lock around the DynamoDB backend's request
 methods restores request-level atomicity, and nothing more: races *between* requests (the ones
 Joinplane's conditional writes must survive) are untouched.
+
+A cancelled TransactWriteItems is the other flaw corrected here. moto rolls it back by swapping in a
+deep copy of every table it touched, so the stream records the failed attempt appended stay in the
+old table's shard (which shard iterators keep reading: phantom events, then silence), and later
+writes go to a shard nobody reads. DynamoDB writes nothing for a cancelled transaction. The fix
+keeps the original table object, restores its items from moto's copy, and drops the failed
+attempt's stream records.
 """
 
 from __future__ import annotations
@@ -57,7 +64,32 @@ def _make_dynamodb_requests_atomic() -> None:
             wrapper._joinplane_atomic = True  # type: ignore[attr-defined]
             return wrapper
 
+        if name == "transact_write_items":
+            method = _rolled_back_in_place(method)
         setattr(DynamoDBBackend, name, atomic(method))
+
+
+def _rolled_back_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def transact(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        before = dict(backend.tables)
+        streamed = {
+            name: len(t.stream_shard.items) for name, t in before.items() if t.stream_shard is not None
+        }
+        try:
+            return original(backend, *args, **kwargs)
+        except Exception:
+            for name, table in before.items():
+                restored = backend.tables.get(name)
+                if restored is None or restored is table:
+                    continue
+                table.items = restored.items
+                if table.stream_shard is not None:
+                    del table.stream_shard.items[streamed[name] :]
+                backend.tables[name] = table
+            raise
+
+    return transact
 
 
 @dataclass
