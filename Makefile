@@ -32,7 +32,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 typecheck: setup
-	$(BIN)/mypy layers/domain/joinplane local/joinplane_local functions
+	$(BIN)/mypy layers/domain/joinplane local/joinplane_local cli/joinplane_cli functions
 
 validate: setup
 	$(BIN)/sam validate --lint --template template.yaml --region $(REGION)

@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from joinplane_cli import agent, api, main, statedir
 from joinplane_cli.exits import Exit
 from joinplane_cli.keys import MachineKey, csr_matches

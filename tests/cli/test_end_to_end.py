@@ -393,17 +393,11 @@ def test_a_connection_failure_is_said_plainly(cli: Cli, tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "emulator: after a cancelled TransactWriteItems (a retry under a multi-use token) a phantom "
-        "join-request.created reaches the audit trail and no later event does (moto restores a deep copy "
-        "of the whole table on cancel, stream included). Delete this marker when the trail is complete."
-    ),
-)
 def test_the_audit_trail_is_complete_when_a_multi_use_token_retries(cli: Cli, tmp_path: Path) -> None:
-    """Last in this file on purpose: while the emulator bug stands it stalls the shared runtime's
-    stream, and the audit assertions before it need that stream."""
+    """A retry under a multi-use token meets a cancelled transaction (the optimistic join). The
+    emulator once leaked such a transaction's stream records and then stalled the stream; this is
+    the end-to-end guard that it no longer does (tests/local/test_emulator_transactions.py is the
+    narrow one)."""
     # Given a token for a whole rack (several uses), and an agent that retried while pending
     pool = cli.new_pool()
     token = cli.new_token(pool, "--require-approval", "--max-uses", "5")

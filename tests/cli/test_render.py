@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from joinplane_cli import render
 
 NOW = render.parse_time("2026-01-01T12:00:00Z") or 0.0
