@@ -60,6 +60,7 @@ test: setup lint typecheck validate build runtime
 
 bench: setup build runtime
 	$(PY) -m tests.bench
+	$(PY) -m tests.bench_events
 	$(PY) -m tests.bench_queue
 
 clean:
