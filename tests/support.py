@@ -6,7 +6,10 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import subprocess
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -127,3 +130,54 @@ def join(
     payload = raw if raw is not None else json.dumps(body).encode()
     result = load_function("machine_join").lambda_handler(http_event(path, payload, headers), LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
+
+
+def release_together(
+    work: Callable[[int], Any], threads: int, *, catch: type[Exception] | None = None
+) -> list[Any]:
+    """Run work(0..threads-1) on threads held at a barrier and released at once: the race harness of
+    every concurrency test. With `catch`, such an exception becomes that thread's result."""
+    barrier = threading.Barrier(threads)
+    results: list[Any] = [None] * threads
+
+    def run(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = work(index)
+        except Exception as error:
+            if catch is None or not isinstance(error, catch):
+                raise
+            results[index] = error
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return results
+
+
+def openssl_csr(directory: Path, subject: str = "/CN=test") -> str:
+    """A P-256 key and CSR made with the openssl CLI, as a real client makes them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            str(directory / "key.pem"),
+            "-out",
+            str(directory / "csr.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return (directory / "csr.pem").read_text()

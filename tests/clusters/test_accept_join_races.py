@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,24 +16,9 @@ import pytest
 from joinplane import store
 from joinplane.clusters import membership
 from tests.clusters.test_accept_join import cluster_nodes, join_body, make_cluster, post, registry
+from tests.support import release_together
 
 N = 8
-
-
-def release_together(work: Callable[[int], Any], threads: int) -> list[Any]:
-    barrier = threading.Barrier(threads)
-    results: list[Any] = [None] * threads
-
-    def run(index: int) -> None:
-        barrier.wait()
-        results[index] = work(index)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return results
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from joinplane_local.runtime import Runtime, start_runtime
+from tests.support import openssl_csr
 
 
 @dataclass
@@ -66,25 +66,4 @@ def http() -> Iterator[Http]:
 
 
 def new_csr(directory: Path) -> str:
-    directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=e2e",
-            "-keyout",
-            str(directory / "key.pem"),
-            "-out",
-            str(directory / "csr.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return (directory / "csr.pem").read_text()
+    return openssl_csr(directory, "/CN=e2e")

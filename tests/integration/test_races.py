@@ -3,34 +3,14 @@ code keeps it, and a naive read-then-write variant, run the same way, breaks it.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 from joinplane import clock, keyauth, pools, store
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
+from tests.support import release_together
 
 THREADS = 16
-
-
-def release_together(work: Callable[[int], Any], threads: int = THREADS) -> list[Any]:
-    barrier = threading.Barrier(threads)
-    results: list[Any] = [None] * threads
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = work(index)
-        except JoinplaneError as refused:
-            results[index] = refused
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return results
 
 
 def naive_create_pool(request: pools.CreatePool) -> dict[str, Any]:
@@ -54,7 +34,7 @@ def test_concurrent_creates_of_one_pool_make_exactly_one(table: str) -> None:
     admin = keyauth.verify(install_admin_key("acme", None, "t"))
     assert admin is not None
     # When 16 callers create the same pool at once
-    results = release_together(lambda i: pools.create(admin, request_for(i)))
+    results = release_together(lambda i: pools.create(admin, request_for(i)), THREADS, catch=JoinplaneError)
     # Then exactly one wins, every other gets ALREADY_EXISTS, and the stored pool is the winner's
     winners = [r for r in results if isinstance(r, dict)]
     assert len(winners) == 1
@@ -66,7 +46,7 @@ def test_concurrent_creates_of_one_pool_make_exactly_one(table: str) -> None:
 def test_the_naive_variant_lets_several_callers_believe_they_created_it(table: str) -> None:
     # When the same race runs against a read-then-write create (a barrier inside widens nothing:
     # the threads really do run both requests)
-    results = release_together(lambda i: naive_create_pool(request_for(i)))
+    results = release_together(lambda i: naive_create_pool(request_for(i)), THREADS, catch=JoinplaneError)
     # Then more than one caller was told it created the pool: the guarantee is broken
     assert len([r for r in results if isinstance(r, dict)]) > 1
 
@@ -82,7 +62,7 @@ def test_archive_racing_update_never_changes_an_archived_pool(table: str) -> Non
             return pools.archive(admin, ref)
         return pools.update(admin, pools.UpdatePool(tenantId="acme", poolId="contested", name=f"n{index}"))
 
-    results = release_together(work)
+    results = release_together(work, THREADS, catch=JoinplaneError)
     archived = results[0]
     stored = store.get(*pools.pool_key("acme", "contested"))
     assert stored is not None and stored["state"] == "archived"

@@ -8,32 +8,12 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any
-
 from joinplane import keyauth, store, tokens
 from joinplane.join_requests import ApproveJoinRequest, approve, request_key
-from tests.support import join
+from tests.support import join, release_together
 
 N = 24
 K = 3
-
-
-def release_together(work: Callable[[int], Any], threads: int) -> list[Any]:
-    barrier = threading.Barrier(threads)
-    results: list[Any] = [None] * threads
-
-    def run(index: int) -> None:
-        barrier.wait()
-        results[index] = work(index)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return results
 
 
 def test_a_token_with_k_uses_admits_exactly_k_of_n_concurrent_joins(make_token, machine_factory) -> None:

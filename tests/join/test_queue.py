@@ -10,8 +10,7 @@ import pytest
 
 from joinplane import aws, clock, join_requests, keyauth
 from tests.conftest import all_items
-from tests.join.test_join_races import release_together
-from tests.support import call, join
+from tests.support import call, join, release_together
 
 
 def defer_machines(make_token, machine_factory, count: int, **token_options: Any) -> list[str]:
