@@ -272,3 +272,33 @@ def test_revoking_a_token_of_another_tenant_is_not_found(admin_key: str) -> None
     acme = make_key(admin_key, "*@tenant")
     reply = call("/api/compute/joinTokens/revoke", {"tenantId": "acme", "tokenId": theirs["tokenId"]}, acme)
     assert (reply.status, reply.code) == (404, "NOT_FOUND")
+
+
+def test_a_platform_key_writer_cannot_carry_its_tenant_grants_into_another_tenant(admin_key: str) -> None:
+    # Given a key that may write keys anywhere but holds compute rights only in its own tenant
+    make_pool(admin_key, "p1", tenant="globex")
+    writer = make_key(admin_key, "iam:api-keys:write@platform", "compute:*@tenant")
+    assert call("/api/compute/pools/get", {"tenantId": "globex", "poolId": "p1"}, writer).status == 403
+    # When it mints a key for the other tenant with its tenant-relative grant
+    minted = call(
+        "/api/compute/apiKeys/create", {"tenantId": "globex", "grants": ["compute:*@tenant"]}, writer
+    )
+    # Then it is refused: it holds no compute rights in globex to hand out
+    assert (minted.status, minted.code) == (403, "PERMISSION_DENIED")
+
+
+def test_a_narrow_key_cannot_revoke_a_stronger_one(admin_key: str) -> None:
+    low = make_key(admin_key, "iam:api-keys:*@tenant")
+    admin_key_id = call("/api/compute/apiKeys/list", {"tenantId": "acme"}, admin_key).body["apiKeys"][0][
+        "keyId"
+    ]
+    refused = call("/api/compute/apiKeys/revoke", {"tenantId": "acme", "keyId": admin_key_id}, low)
+    assert (refused.status, refused.code) == (403, "PERMISSION_DENIED")
+    assert call("/api/compute/pools/list", {"tenantId": "acme"}, admin_key).status == 200
+    # It can revoke a key it could have made
+    peer = call(
+        "/api/compute/apiKeys/create", {"tenantId": "acme", "grants": ["iam:api-keys:read@tenant"]}, low
+    ).body
+    assert (
+        call("/api/compute/apiKeys/revoke", {"tenantId": "acme", "keyId": peer["keyId"]}, low).status == 200
+    )

@@ -98,8 +98,22 @@ def test_compute_pool_wildcard_does_not_reach_tenant_level_resources() -> None:
     ],
 )
 def test_a_key_hands_out_only_what_it_holds(held: str, wanted: str, allowed: bool) -> None:
-    assert principal(held).may_grant(Grant.parse(wanted)) is allowed
+    assert principal(held).may_grant(Grant.parse(wanted), "acme") is allowed
 
 
 def test_scope_containment_is_not_symmetric() -> None:
     assert scope_contains("tenant", "site/x") and not scope_contains("site/x", "tenant")
+
+
+@pytest.mark.parametrize(
+    ("held", "wanted", "allowed"),
+    [
+        ("compute:*@tenant", "compute:*@tenant", False),
+        ("compute:*@site/s1", "compute:pools:read@site/s1", False),
+        ("compute:*@compute-pool/*", "compute:pools:read@compute-pool/p", False),
+        ("compute:*@platform", "compute:pools:read@tenant", True),
+    ],
+)
+def test_only_platform_grants_reach_another_tenants_new_keys(held: str, wanted: str, allowed: bool) -> None:
+    # A grant's scope is relative to its holder's tenant: acme's `@tenant` says nothing about globex
+    assert principal(held).may_grant(Grant.parse(wanted), "globex") is allowed

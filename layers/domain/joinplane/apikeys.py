@@ -86,7 +86,7 @@ def create(principal: Principal, request: CreateApiKey) -> dict[str, Any]:
     principal.authorize(WRITE, Resource(request.tenantId, kind="tenant"))
     grants = [Grant.parse(text) for text in request.grants]
     for grant in grants:
-        if not principal.may_grant(grant):
+        if not principal.may_grant(grant, request.tenantId):
             raise PermissionDenied(
                 f"this API key cannot grant {grant}: a key may only hand out what it holds"
             )
@@ -108,7 +108,14 @@ def list_keys(principal: Principal, request: ListApiKeys) -> dict[str, Any]:
 
 
 def revoke(principal: Principal, request: RevokeApiKey) -> dict[str, Any]:
+    """Revoke a key of the tenant. The mirror of `create`'s rule: a key may only revoke a key whose
+    every grant it could have handed out, so a narrow key cannot revoke the administrators'."""
     principal.authorize(WRITE, Resource(request.tenantId, kind="tenant"))
+    target = store.get(key_pk(request.keyId), "APIKEY")
+    if target is None or target["tenantId"] != request.tenantId:
+        raise NotFound("API key not found")
+    if not all(principal.may_grant(Grant.parse(g), request.tenantId) for g in target["grants"]):
+        raise PermissionDenied("this API key cannot revoke a key holding grants it does not hold itself")
     now = clock.rfc3339(clock.now())
     try:
         item = store.update(
@@ -126,8 +133,7 @@ def revoke(principal: Principal, request: RevokeApiKey) -> dict[str, Any]:
             },
         )
     except store.ConditionFailed as lost:
-        current = lost.current
-        if current is None or current.get("tenantId") != request.tenantId:
+        if lost.current is None:
             raise NotFound("API key not found") from None
-        item = current  # already revoked: revoking again changes nothing
+        item = lost.current  # already revoked: revoking again changes nothing
     return _view(item)

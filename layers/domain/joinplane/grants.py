@@ -120,11 +120,15 @@ class Principal:
             for g in self.grants
         )
 
-    def may_grant(self, grant: Grant) -> bool:
-        """No key can hand out more than it holds: each grant of a new key must be contained in
-        one of the creator's own."""
+    def may_grant(self, grant: Grant, tenant_id: str) -> bool:
+        """No key can hand out more than it holds: each grant of a new key (of `tenant_id`) must be
+        contained in one of the creator's own. Scopes other than `platform` are relative to the
+        holder's tenant, so for a key of another tenant only the creator's `@platform` grants count:
+        `compute:*@tenant` held in tenant A says nothing about tenant B."""
         return any(
-            permission_covers(g.permission, grant.permission) and scope_contains(g.scope, grant.scope)
+            permission_covers(g.permission, grant.permission)
+            and scope_contains(g.scope, grant.scope)
+            and (tenant_id == self.tenant_id or g.scope == "platform")
             for g in self.grants
         )
 
