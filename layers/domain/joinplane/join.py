@@ -454,7 +454,16 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
 # --- retries and re-joins --------------------------------------------------------------------
 
 
+def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None, what: str) -> None:
+    """A retry or re-join must come through a token of the same site, and of the same pool when
+    both name one: another pool's token cannot consume, peek at or re-join this machine's history."""
+    if token["siteId"] != site_id or (token.get("poolId") and pool_id and token["poolId"] != pool_id):
+        raise FailedPrecondition(f"this {what} belongs to another pool; use a join token of its pool")
+
+
 def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    if record.get("retired"):
+        raise PermissionDenied("this key was replaced when the machine renewed with a new key")
     if record.get("machineId"):
         machine = store.get(*machines.machine_key(record["machineId"]))
         if machine is None:
@@ -464,7 +473,8 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
         return _rejoin(attempt, record, machine)
     request_item = store.get(*join_requests.request_key(record["requestId"]))
     if request_item is None:
-        raise PermissionDenied("the join request of this machine no longer exists; ask for a new join token")
+        raise PermissionDenied("the join request of this key no longer exists; join again with a new key")
+    _check_place(attempt.token, request_item["siteId"], request_item.get("poolId"), "machine's join request")
     state = join_requests.state_now(request_item)
     if state == "pending":
         return _deferred(request_item)
@@ -474,7 +484,9 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
         why = f": {request_item['reason']}" if request_item.get("reason") else ""
         raise PermissionDenied(f"join request {request_item['requestId']} was rejected{why}")
     if state == "expired":
-        raise PermissionDenied(f"join request {request_item['requestId']} has expired")
+        raise PermissionDenied(
+            f"join request {request_item['requestId']} has expired; join again with a new key"
+        )
     raise Aborted("this join request was consumed by a concurrent join; retry")
 
 
@@ -578,8 +590,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     """Same identity, same pool: the same machineId, a new machine token (the old one stops
     working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
     token = attempt.token
-    if (token.get("poolId") and token["poolId"] != machine["poolId"]) or token["siteId"] != machine["siteId"]:
-        raise FailedPrecondition("this machine is a member of another pool; revoke it there first")
+    _check_place(token, machine["siteId"], machine["poolId"], "machine")
     votes = attestors.evaluate(attempt.request, token, _facts(attempt, machine["siteId"]))
     denials = [v.message for v in votes if v.verdict == attestors.DENY]
     if denials:
@@ -588,7 +599,11 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     secret = machines.mint_token(machine["machineId"])
     cert = _certificate(attempt, pool, machine["machineId"])
     image, baseline = _worker_image(pool, machine.get("workerImageBaseline"), attempt.request.workerImage)
-    for _ in range(2):
+    # The hardware ids a machine holds follow what it reports now: new ones are claimed, ones it no
+    # longer reports are released (so a clone of its new serial is noticed, its old one freed).
+    held = [(str(k), str(v)) for k, v in machine.get("claims", [])]
+    claims = _hardware_claims(attempt.request)
+    for _ in range(3):
         now = clock.rfc3339(clock.now())
         labelled: list[tuple[str, store.Write]] = [
             (
@@ -599,7 +614,8 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
                     update=(
                         "SET machineTokenSha256 = :digest, tokenGeneration = tokenGeneration + :one, "
                         "certificateSerial = :serial, certificateExpiresAt = :expires, rejoinedAt = :now, "
-                        "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline"
+                        "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline, "
+                        "claims = :claims"
                     ),
                     condition="#state = :active AND tokenGeneration = :generation",
                     names={"#state": "state"},
@@ -614,6 +630,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
                         ":baseline": baseline,
                         ":active": "active",
                         ":generation": machine["tokenGeneration"],
+                        ":claims": [list(c) for c in claims],
                     },
                 ),
             ),
@@ -629,6 +646,25 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             ),
             ("pool", _pool_is_current(pool)),
         ]
+        added = [c for c in claims if c not in held]
+        labelled += [
+            (f"claim:{k}:{v}", w)
+            for (k, v), w in zip(
+                added, _claim_writes(attempt.tenant, machine["machineId"], added), strict=True
+            )
+        ]
+        for kind, value in (c for c in held if c not in claims):
+            labelled.append(
+                (
+                    f"release:{kind}:{value}",
+                    store.Write(
+                        "Delete",
+                        *machines.claim_key(attempt.tenant, kind, value),
+                        condition="attribute_not_exists(pk) OR machineId = :me",
+                        values={":me": machine["machineId"]},
+                    ),
+                )
+            )
         try:
             store.transact([w for _, w in labelled])
             return _admitted(pool, machine["machineId"], secret, cert, image, _schedulable(attempt.request))
@@ -643,6 +679,11 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
                 raise Aborted("a concurrent join for this machine won; retry") from None
             if "pool" in failed:
                 pool = _pool(attempt.tenant, machine["poolId"], fresh=True)
+                continue
+            # A hardware id another machine holds is not claimed by this one (it was admitted before).
+            taken = {tuple(label.split(":", 2)[1:]) for label in failed if label.startswith("claim:")}
+            if taken:
+                claims = [c for c in claims if c not in taken]
                 continue
             raise Unavailable("the join could not be recorded, retry") from None
     raise Aborted("the pool changed while joining; retry")
@@ -665,14 +706,25 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         verdict = attestors.verdict(votes)
         message = "; ".join(v.message for v in votes)
     else:
+        # The checks a real join makes before it looks at the history, so a dry run never says
+        # more than the join would: a used-up token, another pool's token, a retired key.
+        if not _usable(token) and record.get("tokenId") != token["tokenId"]:
+            raise Unauthenticated(REFUSED)
         try:
+            if record.get("retired"):
+                raise PermissionDenied("this key was replaced when the machine renewed with a new key")
             if record.get("machineId"):
                 machine = store.get(*machines.machine_key(record["machineId"]))
                 if machine is None or machine["state"] != "active":
                     raise PermissionDenied("this machine has been revoked")
-                verdict, message = "admit", f"re-join of {machine['machineId']}"
+                _check_place(token, machine["siteId"], machine["poolId"], "machine")
+                verdict, message = "admit", "re-join of this machine"
             else:
                 request_item = store.get(*join_requests.request_key(record["requestId"]))
+                if request_item is not None:
+                    _check_place(
+                        token, request_item["siteId"], request_item.get("poolId"), "machine's join request"
+                    )
                 state = join_requests.state_now(request_item) if request_item else "expired"
                 verdict = {"pending": "defer", "approved": "admit"}.get(state, "deny")
                 message = f"join request {record['requestId']} is {state}"
@@ -743,8 +795,15 @@ def renew(body: bytes) -> tuple[int, dict[str, Any]]:
         new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
         now = clock.rfc3339(clock.now())
         writes += [
+            # The old key's record stays, retired, so that key can never join again (a revoked
+            # machine's earlier key must stay banned too).
             store.Write(
-                "Delete", old_pk, old_sk, condition="machineId = :me", values={":me": machine["machineId"]}
+                "Update",
+                old_pk,
+                old_sk,
+                update="SET retired = :yes, retiredAt = :now",
+                condition="machineId = :me",
+                values={":yes": True, ":now": now, ":me": machine["machineId"]},
             ),
             store.Write(
                 "Put",

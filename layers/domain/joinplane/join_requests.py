@@ -230,30 +230,39 @@ def reject(principal: Principal, request: DecideJoinRequest) -> dict[str, Any]:
         ":now": int(now),
         ":decidedAt": clock.rfc3339(now),
         ":by": principal.key_id,
-        ":pool": pool["poolId"],
         ":partition": list_partition(item["tenantId"], item["siteId"], item.get("poolId"), "rejected"),
     }
     update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
-    closing = " REMOVE gsi2pk, gsi2sk"
+    removes = ["gsi2pk", "gsi2sk"]
     if request.reason:
         update += ", reason = :reason"
         values[":reason"] = request.reason
-    update += closing
+    else:
+        removes.append("reason")  # an approval's reason must not read as the rejection's
+    update += " REMOVE " + ", ".join(removes)
+    # The owner as read: the listing partition above was chosen for it, so a pool claiming the
+    # request meanwhile must make this write fail rather than land in the wrong partition.
+    if item.get("poolId") is None:
+        owner = "attribute_not_exists(poolId)"
+    else:
+        owner = "poolId = :owner"
+        values[":owner"] = item["poolId"]
     try:
         written = store.update(
             *request_key(request.requestId),
             update=update,
-            condition=(
-                "(#state = :pending OR #state = :approved) AND expiresAtEpoch > :now "
-                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
-            ),
+            condition=f"(#state = :pending OR #state = :approved) AND expiresAtEpoch > :now AND {owner}",
             names={"#state": "state"},
             values=values,
         )
     except store.ConditionFailed as lost:
         current = lost.current
+        if current is not None and current.get("poolId") not in (None, pool["poolId"]):
+            raise NotFound("join request not found") from None  # claimed by another pool meanwhile
         if current is not None and current["state"] == "rejected":
             return view(current)
+        if current is not None and current.get("poolId") != item.get("poolId"):
+            return reject(principal, request)  # this pool claimed it meanwhile: decide again
         state = state_now(current) if current else "expired"
         raise InvalidState(f"join request is {state}; it can no longer be rejected") from None
     return view(written)
@@ -314,6 +323,8 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, 
         for item in items:
             if bound is not None and item["requestId"] > bound:
                 break
+            if item.get("poolId") not in (None, pool["poolId"]):
+                continue  # a listing partition never holds another pool's request; never show one
             if request.state == "all" or state_now(item) == request.state:
                 matching.append(item)
                 if len(matching) > request.limit:

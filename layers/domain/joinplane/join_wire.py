@@ -78,6 +78,11 @@ def _string(value: Any, name: str, limit: int = MAX_STRING) -> str:
         raise InvalidArgument(f"invalid value for {name}: expected a string")
     if len(value) > limit:
         raise InvalidArgument(f"invalid value for {name}: longer than {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (`"\ud800"`) is valid JSON but no string DynamoDB or a certificate holds.
+        raise InvalidArgument(f"invalid value for {name}: not valid Unicode text") from None
     return value
 
 
@@ -210,8 +215,9 @@ _KNOWN = (
 def parse_json(body: bytes) -> Any:
     try:
         return json.loads(body or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as invalid:
-        raise InvalidArgument(f"request body is not valid JSON: {invalid}") from None
+    except (ValueError, RecursionError) as invalid:
+        # ValueError covers JSONDecodeError, bad UTF-8 and integers past Python's digit limit.
+        raise InvalidArgument(f"request body is not valid JSON: {str(invalid)[:200]}") from None
 
 
 def decode_join(body: bytes) -> JoinMachineRequest:

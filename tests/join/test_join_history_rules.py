@@ -1,0 +1,199 @@
+"""Rules about a join identity's history, each found by review and kept by a test: another pool's
+token cannot use it, a dry run never says more than the join, a retired key stays banned, hardware
+ids follow the machine, a rejection carries its own reason, and odd input is a 3, not a 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from joinplane import events, join_requests, store
+from tests.conftest import all_items
+from tests.support import call, join
+
+
+@pytest.fixture
+def other_pool(admin_key: str, pool: dict[str, Any]) -> str:
+    reply = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU pool", "workspaceId": "ws-9"},
+        admin_key,
+    )
+    assert reply.status == 200
+    return str(
+        call(
+            "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
+        ).body["token"]
+    )
+
+
+def approve(admin_key: str, request_id: str, **extra: Any) -> dict[str, Any]:
+    reply = call(
+        "/api/compute/joinRequests/approve",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": request_id, **extra},
+        admin_key,
+    )
+    assert reply.status == 200, reply.body
+    return dict(reply.body)
+
+
+def test_another_pools_token_cannot_consume_or_see_a_request(
+    make_token, machine_factory, admin_key, other_pool
+) -> None:
+    machine = machine_factory()
+    deferred = join({"joinToken": make_token(requireApproval=True)["token"], "csr": machine.csr})
+    request_id = deferred.body["joinRequest"]["requestId"]
+    peek = join({"joinToken": other_pool, "csr": machine.csr})
+    assert (peek.status, peek.body["code"]) == (400, 9) and request_id not in peek.body["message"]
+    approve(admin_key, request_id)
+    consume = join({"joinToken": other_pool, "csr": machine.csr})
+    assert (consume.status, consume.body["code"]) == (400, 9)
+    assert store.get(*join_requests.request_key(request_id))["state"] == "approved"
+
+
+def test_a_dry_run_never_says_more_than_the_join(make_token, admin_key, other_pool) -> None:
+    used = make_token(maxUses=1)
+    assert join({"joinToken": used["token"], "machineFingerprint": "fp-x"}).status == 200
+    # A used-up token does not answer for a known machine it did not admit... it did admit it:
+    # a dry run through it is answered like the join (a re-join of its own machine)
+    assert (
+        join({"joinToken": used["token"], "machineFingerprint": "fp-x", "dryRun": True}).body["verdict"]
+        == "admit"
+    )
+    # Another pool's token: the dry run is refused exactly as the join is
+    dry = join({"joinToken": other_pool, "machineFingerprint": "fp-x", "dryRun": True})
+    real = join({"joinToken": other_pool, "machineFingerprint": "fp-x"})
+    assert (dry.status, dry.body["code"]) == (real.status, real.body["code"]) == (400, 9)
+    # A used-up token never learns whether a fingerprint it did not admit is known
+    other = make_token(maxUses=1)
+    assert join({"joinToken": other["token"], "machineFingerprint": "fp-y"}).status == 200
+    probe = join({"joinToken": other["token"], "machineFingerprint": "fp-x", "dryRun": True})
+    assert (probe.status, probe.body["code"]) == (401, 16)
+
+
+def test_a_rejection_does_not_carry_the_approvals_reason(make_token, machine_factory, admin_key) -> None:
+    request_id = join(
+        {"joinToken": make_token(requireApproval=True)["token"], "csr": machine_factory().csr}
+    ).body["joinRequest"]["requestId"]
+    approve(admin_key, request_id, reason="known rack")
+    old = store.get(*join_requests.request_key(request_id))
+    reply = call(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
+        admin_key,
+    )
+    new = store.get(*join_requests.request_key(request_id))
+    event = events.from_stream_record(
+        {
+            "dynamodb": {
+                "OldImage": store.serialize(old),
+                "NewImage": store.serialize(new),
+                "SequenceNumber": "1",
+            }
+        }
+    )
+    assert event is not None and event.detail_type == "security.join-request.rejected"
+    assert "reason" not in event.detail and reply.body["reason"] is None
+
+
+def test_hardware_ids_follow_the_machine_on_rejoin(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    first = join({"joinToken": token["token"], "csr": machine.csr, "hardware": {"serialNumber": "SN-AAA111"}})
+    moved = join({"joinToken": token["token"], "csr": machine.csr, "hardware": {"serialNumber": "SN-BBB222"}})
+    assert moved.status == 200 and moved.body["machineId"] == first.body["machineId"]
+    clone = join(
+        {"joinToken": token["token"], "csr": machine_factory().csr, "hardware": {"serialNumber": "SN-BBB222"}}
+    )
+    assert clone.status == 202  # the new serial is held
+    freed = join(
+        {"joinToken": token["token"], "csr": machine_factory().csr, "hardware": {"serialNumber": "SN-AAA111"}}
+    )
+    assert freed.status == 200  # the old one was released
+
+
+def test_a_key_retired_by_renewal_stays_banned(make_token, machine_factory, admin_key) -> None:
+    token = make_token(maxUses=5)
+    old_key, new_key = machine_factory(), machine_factory()
+    admitted = join({"joinToken": token["token"], "csr": old_key.csr}).body
+    renewed = join({"machineToken": admitted["machineToken"], "csr": new_key.csr}, path="/machines/renew")
+    assert renewed.status == 200
+    retired = join({"joinToken": token["token"], "csr": old_key.csr})
+    assert (retired.status, retired.body["code"]) == (403, 7)
+    call("/api/compute/machines/revoke", {"tenantId": "acme", "machineId": admitted["machineId"]}, admin_key)
+    assert join({"joinToken": token["token"], "csr": old_key.csr}).status == 403
+    assert join({"joinToken": token["token"], "csr": new_key.csr}).status == 403
+
+
+def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(
+    make_token, machine_factory, admin_key, monkeypatch
+) -> None:
+    call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "gpu-b", "siteId": "rack-1", "name": "B", "workspaceId": "w"},
+        admin_key,
+    )
+    request_id = join({"joinToken": make_token(siteId="rack-1")["token"], "csr": machine_factory().csr}).body[
+        "joinRequest"
+    ]["requestId"]
+    stale = store.get(*join_requests.request_key(request_id))  # read before the approval lands
+    approve(admin_key, request_id)
+    real_get = store.get
+    served = {"stale": False}
+
+    def get_once_stale(pk: str, sk: str, **kw: Any) -> Any:
+        if pk == f"JREQ#{request_id}" and not served["stale"]:
+            served["stale"] = True
+            return stale
+        return real_get(pk, sk, **kw)
+
+    monkeypatch.setattr(store, "get", get_once_stale)
+    reply = call(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
+        admin_key,
+    )
+    monkeypatch.setattr(store, "get", real_get)
+    assert reply.status == 200 and reply.body["poolId"] == "gpu" and reply.body["state"] == "rejected"
+    sibling = call(
+        "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu-b", "state": "all"}, admin_key
+    ).body
+    assert sibling["requests"] == []
+    own = call(
+        "/api/compute/joinRequests/list",
+        {"tenantId": "acme", "poolId": "gpu", "state": "rejected"},
+        admin_key,
+    ).body
+    assert [r["requestId"] for r in own["requests"]] == [request_id]
+
+
+ODD = {
+    "a 5000-digit integer": lambda token, csr: (
+        b'{"joinToken": "' + token.encode() + b'", "cpuCount": ' + b"9" * 5000 + b"}"
+    ),
+    "a lone surrogate in the fingerprint": lambda token, csr: json.dumps(
+        {"joinToken": token, "machineFingerprint": "\ud800"}
+    ).encode(),
+    "a lone surrogate in the hostname": lambda token, csr: json.dumps(
+        {"joinToken": token, "csr": csr, "hostname": "\ud800"}
+    ).encode(),
+    "a lone surrogate in the serial": lambda token, csr: json.dumps(
+        {"joinToken": token, "csr": csr, "hardware": {"serialNumber": "\ud800ABC"}}
+    ).encode(),
+    "a lone surrogate in a preflight name": lambda token, csr: json.dumps(
+        {"joinToken": token, "csr": csr, "preflight": [{"name": "\ud800", "ok": False, "severity": "fatal"}]}
+    ).encode(),
+    "5,000 levels of nesting": lambda token, csr: b"[" * 5_000 + b"]" * 5_000,
+}
+
+
+@pytest.mark.parametrize("case", list(ODD))
+def test_odd_json_is_invalid_argument_and_writes_nothing(case: str, make_token, machine_factory) -> None:
+    token = make_token()
+    body = ODD[case](token["token"], machine_factory().csr)
+    before = all_items()
+    reply = join(None, raw=body)
+    assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+    assert all_items() == before
