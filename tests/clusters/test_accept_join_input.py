@@ -296,3 +296,23 @@ def test_the_first_type_error_is_reported_and_beats_validation(key: str) -> None
 def test_a_bad_body_is_only_looked_at_after_the_key(key: str) -> None:
     refused(post(raw=b"{not json", key="nope"), 401, UNAUTHORIZED)
     refused(post(raw=b"{not json", headers={"authorization": "Bearer x"}), 403, FORBIDDEN)
+
+
+@pytest.mark.parametrize("where", ["entries", "inFlightGuestIds"])
+def test_a_5000_digit_guest_id_is_a_bind_failure_not_a_500(admin_key: str, where: str) -> None:
+    from tests.clusters.test_accept_join import make_cluster, post
+    from tests.conftest import all_items
+
+    key = make_cluster(admin_key)
+    huge = b"1" * 5000
+    inventory = (
+        b'{"entries":[{"guestId":' + huge + b"}]}"
+        if where == "entries"
+        else b'{"inFlightGuestIds":[' + huge + b"]}"
+    )
+    before = all_items()
+    reply = post(
+        raw=b'{"nodeId":"n1","nodeIp":"10.0.0.1","nodeVersion":"1","inventory":' + inventory + b"}", key=key
+    )
+    assert reply.status == 400 and reply.body["message"] == "invalid_request_payload", reply.body
+    assert all_items() == before

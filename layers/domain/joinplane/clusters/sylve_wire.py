@@ -301,10 +301,18 @@ class _Decoder:
                 for index, item in enumerate(raw)
             ]
         if kind == _UINT:
-            if isinstance(raw, _Number) and raw.isdigit() and raw.isascii() and int(raw) <= _UINT_MAX:
+            # uint64 has at most 20 digits; checking the length first also keeps int() away from
+            # Python's 4300-digit limit on a hostile literal.
+            if (
+                isinstance(raw, _Number)
+                and raw.isdigit()
+                and raw.isascii()
+                and len(raw) <= 20
+                and int(raw) <= _UINT_MAX
+            ):
                 return int(raw)
             self._mismatch(
-                f"number {raw}" if isinstance(raw, _Number) else _json_kind(raw), kind, struct, path
+                f"number {raw[:40]}" if isinstance(raw, _Number) else _json_kind(raw), kind, struct, path
             )
             return current
         if kind == _BOOL:
