@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Any, TextIO
 
 from joinplane_cli import render
 from joinplane_cli.api import Client
-from joinplane_cli.exits import Exit
+from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.render import Column
 
 API = "/api/compute"
@@ -36,14 +37,20 @@ class Operator:
         route: str,
         body: dict[str, Any],
         key: str,
+        thing: str,
         *,
         limit: int | None,
         cursor: str | None,
         every: bool,
     ) -> tuple[list[dict[str, Any]], str | None, float]:
-        """One page, or every page with `every` (following `nextCursor`)."""
+        """One page, or every page with `every` (following `nextCursor`).
+
+        A page must hold `key` as a list of objects: an answer without it (`{}`, an empty body, a
+        proxy's page) is an error, never "No pools"."""
         items: list[dict[str, Any]] = []
         now = 0.0
+        followed = {cursor} if cursor else set()
+        a_list = f"{'an' if thing[0] in 'aeiou' else 'a'} {thing} list"
         while True:
             request = dict(body)
             if limit is not None:
@@ -51,10 +58,18 @@ class Operator:
             if cursor:
                 request["cursor"] = cursor
             page, now = self.call(route, request)
-            items += [item for item in page.get(key, []) if isinstance(item, dict)]
+            found = page.get(key)
+            if not isinstance(found, list) or not all(isinstance(item, dict) for item in found):
+                raise CliError(f"the server's answer was not {a_list}")
+            items += found
             cursor = page.get("nextCursor") or None
+            if cursor is not None and not isinstance(cursor, str):
+                raise CliError(f"the server's answer was not {a_list} (its nextCursor is not a string)")
             if not every or cursor is None:
                 return items, cursor, now
+            if cursor in followed:
+                raise CliError(f"the server's {thing} list repeats itself (a nextCursor came back twice)")
+            followed.add(cursor)
 
     def listing(
         self,
@@ -75,7 +90,7 @@ class Operator:
         else:
             print(empty, file=self.out)
         if next_cursor:
-            print(f"(more: --cursor {next_cursor}, or --all for every page)", file=self.err)
+            print(f"(more: --cursor {render.cell(next_cursor)}, or --all for every page)", file=self.err)
         return Exit.OK
 
     def show(self, item: dict[str, Any], headline: str, pairs: Sequence[tuple[str, Any]]) -> Exit:
@@ -87,15 +102,37 @@ class Operator:
         return Exit.OK
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A nested object of the server's answer, or {} when it is anything else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from the server's answer, or None when it is anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 def _machine_line(machine: dict[str, Any]) -> str:
     parts = [f"{machine.get('os') or '?'}/{machine.get('arch') or '?'}"]
     if machine.get("cpuCount"):
         parts.append(f"{machine['cpuCount']} CPU")
-    if machine.get("memoryMb"):
-        parts.append(f"{int(machine['memoryMb']) / 1024:.0f} GiB")
+    memory = _number(machine.get("memoryMb"))
+    if memory:
+        parts.append(f"{memory / 1024:.0f} GiB")
     if machine.get("gpuCount"):
         parts.append(f"{machine['gpuCount']} GPU")
     return " ".join(parts)
+
+
+def _duration(seconds: Any) -> str:
+    number = _number(seconds)
+    return render.duration(number) if number is not None else render.NONE
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _when(state: Any, expires_at: Any, now: float) -> str:
@@ -113,6 +150,7 @@ def requests_list(
         "joinRequests/list",
         {"poolId": pool, "state": state},
         "requests",
+        "join request",
         limit=limit,
         cursor=cursor,
         every=every,
@@ -120,9 +158,9 @@ def requests_list(
     columns: list[Column] = [
         ("request", lambda r: r.get("requestId")),
         ("state", lambda r: r.get("state")),
-        ("host", lambda r: (r.get("machine") or {}).get("hostname")),
-        ("resources", lambda r: _machine_line(r.get("machine") or {})),
-        ("deferred because", lambda r: [x.get("code") for x in r.get("reasons") or []]),
+        ("host", lambda r: _object(r.get("machine")).get("hostname")),
+        ("resources", lambda r: _machine_line(_object(r.get("machine")))),
+        ("deferred because", lambda r: [_object(x).get("code") for x in _list(r.get("reasons"))]),
         ("asked", lambda r: render.since(r.get("createdAt"), now)),
         ("expires", lambda r: render.expiry(r.get("state"), r.get("expiresAt"), now)),
     ]
@@ -148,7 +186,7 @@ def requests_decide(
         )
     else:
         headline = f"Rejected {request_id}: the machine's retries now fail."
-    machine = item.get("machine") or {}
+    machine = _object(item.get("machine"))
     return op.show(
         item,
         headline,
@@ -216,7 +254,13 @@ def tokens_list(
     op: Operator, pool: str | None, site: str | None, limit: int | None, cursor: str | None, every: bool
 ) -> Exit:
     items, next_cursor, now = op.pages(
-        "joinTokens/list", _target(pool, site), "joinTokens", limit=limit, cursor=cursor, every=every
+        "joinTokens/list",
+        _target(pool, site),
+        "joinTokens",
+        "join token",
+        limit=limit,
+        cursor=cursor,
+        every=every,
     )
     columns: list[Column] = [
         ("token", lambda t: t.get("tokenId")),
@@ -249,8 +293,8 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("site", item.get("siteId")),
         ("workspace", item.get("workspaceId")),
         ("state", item.get("state")),
-        ("join requests wait", render.duration(float(item.get("joinRequestTtlSeconds") or 0))),
-        ("certificates last", render.duration(float(item.get("certificateTtlSeconds") or 0))),
+        ("join requests wait", _duration(item.get("joinRequestTtlSeconds"))),
+        ("certificates last", _duration(item.get("certificateTtlSeconds"))),
         ("created", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
         ("archived", item.get("archivedAt")),
         ("bootstrap", item.get("bootstrap") or None),
@@ -299,7 +343,9 @@ def pools_list(
         body["siteId"] = site
     if state:
         body["state"] = state
-    items, next_cursor, now = op.pages("pools/list", body, "pools", limit=limit, cursor=cursor, every=every)
+    items, next_cursor, now = op.pages(
+        "pools/list", body, "pools", "pool", limit=limit, cursor=cursor, every=every
+    )
     columns: list[Column] = [
         ("pool", lambda p: p.get("poolId")),
         ("name", lambda p: p.get("name")),
@@ -321,7 +367,7 @@ def machines_list(
     if state:
         body["state"] = state
     items, next_cursor, now = op.pages(
-        "machines/list", body, "machines", limit=limit, cursor=cursor, every=every
+        "machines/list", body, "machines", "machine", limit=limit, cursor=cursor, every=every
     )
     columns: list[Column] = [
         ("machine", lambda m: m.get("machineId")),
@@ -392,7 +438,7 @@ def audit_list(
         # `join-request.approved` is what the table shows; the API wants the full detail-type.
         body["detailType"] = detail_type if detail_type.startswith("security.") else f"security.{detail_type}"
     items, next_cursor, now = op.pages(
-        "auditEvents/list", body, "events", limit=limit, cursor=cursor, every=every
+        "auditEvents/list", body, "events", "audit event", limit=limit, cursor=cursor, every=every
     )
     columns: list[Column] = [
         ("when", lambda e: render.since(e.get("occurredAt"), now)),

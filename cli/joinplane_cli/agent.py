@@ -21,9 +21,10 @@ from joinplane_cli import facts as machine_facts
 from joinplane_cli import render, statedir
 from joinplane_cli.api import ApiError, Client, Response, Unreachable
 from joinplane_cli.exits import CliError, Exit
-from joinplane_cli.keys import MachineKey, csr_matches
+from joinplane_cli.keys import MachineKey, certificate_for, csr_matches, pem_certificates
 
 DEFAULT_RETRY_AFTER = 30.0
+RETRY_AFTER_RANGE = (1.0, 3600.0)  # whatever the server says, ask again within a second to an hour
 JITTER = 0.25  # up to 25% later than asked: many machines deferred together must not retry in step
 QUICK_RETRIES = 3  # transient failures retried even without --wait
 MAX_BACKOFF = 60.0
@@ -31,6 +32,59 @@ MAX_BACKOFF = 60.0
 _REJECTED = re.compile(r"join request (jreq_[0-9a-z]+) (?:was|is) rejected(?::\s*(.*))?", re.S)
 _EXPIRED = re.compile(r"join request (jreq_[0-9a-z]+) (?:has expired|is expired)")
 _DEFERRED = re.compile(r"^join deferred: (.*?)\.? An operator must approve jreq_[0-9a-z]+\.?$", re.S)
+_MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
+_MACHINE_ID = re.compile(r"mach_[0-9A-Za-z]+")
+
+
+def retry_after(value: Any) -> float:
+    """The server's `retryAfterSeconds`, kept within `RETRY_AFTER_RANGE`; the default when it is
+    missing, zero or not a number."""
+    if isinstance(value, bool) or not value:
+        return DEFAULT_RETRY_AFTER
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return DEFAULT_RETRY_AFTER
+    if math.isnan(seconds):
+        return DEFAULT_RETRY_AFTER
+    low, high = RETRY_AFTER_RANGE
+    return min(max(seconds, low), high)
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What an admission or a renewal must hand over before anything is written to DIR."""
+
+    machine_id: str
+    certificate: str
+    ca_certificates: str
+    expires_at: str
+
+
+def _issued(body: dict[str, Any], key: MachineKey, problems: list[str]) -> Issued:
+    """Check the certificate part of an answer, adding what is wrong with it to `problems`."""
+    machine_id = body.get("machineId")
+    if not isinstance(machine_id, str) or not _MACHINE_ID.fullmatch(machine_id):
+        problems.append("machineId is not a mach_ id")
+    expires_at = body.get("certificateExpiresAt")
+    try:
+        leaf = certificate_for(body.get("certificate"), key)
+    except ValueError as wrong:
+        problems.append(f"certificate {wrong}")
+    else:
+        if not isinstance(expires_at, str) or render.parse_time(expires_at) is None:
+            expires_at = render.rfc3339(leaf.not_valid_after_utc.timestamp())
+    try:
+        pem_certificates(body.get("caCertificates"))
+    except ValueError:
+        problems.append("caCertificates is not PEM certificates")
+    return Issued(
+        str(machine_id), str(body.get("certificate")), str(body.get("caCertificates")), str(expires_at)
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -138,12 +192,12 @@ class Agent:
     # --- the key ---------------------------------------------------------------------------
 
     def _stored_key(self) -> MachineKey | None:
-        stored = statedir.read(self.o.directory, statedir.KEY)
-        if stored is None:
-            return None
         try:
+            stored = statedir.read(self.o.directory, statedir.KEY)
+            if stored is None:
+                return None
             return MachineKey.load(stored.encode())
-        except ValueError as bad:
+        except ValueError as bad:  # UnicodeDecodeError too
             raise CliError(f"{self.o.directory / statedir.KEY}: {bad}", Exit.USAGE) from None
 
     def _key(self, hostname: str, *, persist: bool) -> tuple[MachineKey, str]:
@@ -179,6 +233,8 @@ class Agent:
                     key, csr = self._key(facts.hostname, persist=True)
                 except OSError as failed:
                     raise CliError(f"{self.o.directory}: {failed.strerror or failed}", Exit.USAGE) from None
+                except UnicodeDecodeError:
+                    raise CliError(f"{self.o.directory}: a file in it is not text", Exit.USAGE) from None
                 return self._join_loop(facts, key, csr)
         except statedir.Busy as busy:
             raise CliError(str(busy), Exit.USAGE) from None
@@ -208,7 +264,8 @@ class Agent:
         body = {**self._body(facts, key.csr(facts.hostname)), "dryRun": True}
         response = self._post_join(body)
         verdict = str(response.body.get("verdict", "")) or ("admit" if response.body.get("ok") else "deny")
-        reasons = response.body.get("reasons") or []
+        listed = response.body.get("reasons")
+        reasons = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
         if self.o.output == "json":
             render.print_json(
                 {"verdict": verdict, "reasons": reasons, "message": response.body.get("errMsg", "")},
@@ -298,13 +355,16 @@ class Agent:
                         waited = _words(wait.elapsed())
                         self.say(f"Gave up waiting after {waited}; {wait.request_id} is still pending.")
                         return Exit.PENDING
-                    retry_after = float(response.body.get("retryAfterSeconds") or DEFAULT_RETRY_AFTER)
-                    interval = self.o.poll_interval if self.o.poll_interval is not None else retry_after
+                    interval = (
+                        self.o.poll_interval
+                        if self.o.poll_interval is not None
+                        else retry_after(response.body.get("retryAfterSeconds"))
+                    )
                     self._pause(status, wait, interval, "pending")
                     continue
                 raise CliError(
                     f"unexpected answer from the server (HTTP {response.status}): "
-                    f"{str(response.body.get('errMsg') or response.body)[:200]}"
+                    f"{render.cell(str(response.body.get('errMsg') or response.body)[:200])}"
                 )
         except KeyboardInterrupt:
             status.done()
@@ -374,22 +434,39 @@ class Agent:
 
     def _admitted(self, response: Response, key: MachineKey, csr: str) -> Exit:
         body = response.body
+        problems: list[str] = []
+        token = body.get("machineToken")
+        if not isinstance(token, str) or not _MACHINE_TOKEN.fullmatch(token):
+            problems.append("machineToken is not a jpm_ token")
+        issued = _issued(body, key, problems)
+        bootstrap = body.get("bootstrap")
+        if not isinstance(bootstrap, dict):
+            problems.append("bootstrap is not an object")
+        if problems:
+            # Nothing is recorded: an identity that cannot work is worse than none. The key stays,
+            # so the same join again is matched to the machine the server admitted.
+            raise CliError(
+                f"the server admitted this machine but its answer is unusable ({'; '.join(problems)}); "
+                f"nothing was recorded in {self.o.directory}. Run the same join again once the server "
+                "is fixed: the key is kept, so it is admitted as the same machine.",
+                Exit.ERROR,
+            )
         machine = {
-            "machineId": body.get("machineId", ""),
-            "workspaceId": body.get("workspaceId", ""),
-            "poolName": body.get("poolName", ""),
+            "machineId": issued.machine_id,
+            "workspaceId": _text(body.get("workspaceId")),
+            "poolName": _text(body.get("poolName")),
             "url": self.o.url,
-            "schedulable": bool(body.get("schedulable")),
-            "certificateExpiresAt": body.get("certificateExpiresAt", ""),
+            "schedulable": body.get("schedulable") is True,
+            "certificateExpiresAt": issued.expires_at,
             "joinedAt": render.rfc3339(response.now()),
         }
         files: dict[str, str | bytes] = {
             statedir.KEY: key.pem(),
             statedir.CSR: csr,
-            statedir.CERTIFICATE: str(body.get("certificate", "")),
-            statedir.CA: str(body.get("caCertificates", "")),
-            statedir.BOOTSTRAP: json.dumps(body.get("bootstrap") or {}, indent=2) + "\n",
-            statedir.TOKEN: str(body.get("machineToken", "")) + "\n",
+            statedir.CERTIFICATE: issued.certificate,
+            statedir.CA: issued.ca_certificates,
+            statedir.BOOTSTRAP: json.dumps(bootstrap, indent=2) + "\n",
+            statedir.TOKEN: f"{token}\n",
             statedir.MACHINE: json.dumps(machine, indent=2) + "\n",
         }
         try:
@@ -445,6 +522,15 @@ class RenewOptions:
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
 
+def _stored_machine(directory: Path) -> dict[str, Any]:
+    """machine.json as an object; {} when it is missing, unreadable or not an object."""
+    try:
+        machine = json.loads(statedir.read(directory, statedir.MACHINE) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return machine if isinstance(machine, dict) else {}
+
+
 def renew(options: RenewOptions) -> Exit:
     directory = options.directory
     try:
@@ -457,15 +543,16 @@ def renew(options: RenewOptions) -> Exit:
                     f"{directory} holds no joined machine (no machine.token); run `joinplane join`",
                     Exit.USAGE,
                 )
-            try:
-                machine = json.loads(statedir.read(directory, statedir.MACHINE) or "{}")
-            except ValueError:
-                machine = {}
-            url = options.url or machine.get("url")
+            machine = _stored_machine(directory)
+            url = options.url or _text(machine.get("url"))
             if not url:
                 raise CliError("no server URL: pass --url or set JOINPLANE_URL", Exit.USAGE)
-            key = MachineKey.generate() if options.rotate_key else MachineKey.load(stored_key.encode())
-            csr = key.csr(str(machine.get("machineId", "")))
+            try:
+                key = MachineKey.generate() if options.rotate_key else MachineKey.load(stored_key.encode())
+            except ValueError as bad:
+                raise CliError(f"{directory / statedir.KEY}: {bad}", Exit.USAGE) from None
+            known_id = _text(machine.get("machineId"))
+            csr = key.csr(known_id)
             client = Client(url, timeout=options.timeout)
             try:
                 response = client.post("/machines/renew", {"machineToken": token, "csr": csr})
@@ -478,8 +565,17 @@ def renew(options: RenewOptions) -> Exit:
                         Exit.UNAUTHENTICATED,
                     ) from None
                 raise
-            body = response.body
-            machine.update(url=url, certificateExpiresAt=body.get("certificateExpiresAt", ""))
+            problems: list[str] = []
+            issued = _issued(response.body, key, problems)
+            if not problems and _MACHINE_ID.fullmatch(known_id) and issued.machine_id != known_id:
+                problems.append(f"machineId is not {known_id}, the machine in {directory}")
+            if problems:
+                raise CliError(
+                    f"the server's renewal answer is unusable ({'; '.join(problems)}); "
+                    f"{directory} was left as it was",
+                    Exit.ERROR,
+                )
+            machine.update(machineId=issued.machine_id, url=url, certificateExpiresAt=issued.expires_at)
             files: dict[str, str | bytes] = {
                 name: (directory / name).read_bytes()
                 for name in statedir.OURS
@@ -489,8 +585,8 @@ def renew(options: RenewOptions) -> Exit:
                 {
                     statedir.KEY: key.pem(),
                     statedir.CSR: csr,
-                    statedir.CERTIFICATE: str(body.get("certificate", "")),
-                    statedir.CA: str(body.get("caCertificates", "")),
+                    statedir.CERTIFICATE: issued.certificate,
+                    statedir.CA: issued.ca_certificates,
                     statedir.MACHINE: json.dumps(machine, indent=2) + "\n",
                 }
             )
@@ -499,12 +595,13 @@ def renew(options: RenewOptions) -> Exit:
         raise CliError(str(busy), Exit.USAGE) from None
     except OSError as failed:
         raise CliError(f"{directory}: {failed.strerror or failed}", Exit.USAGE) from None
-    expires = body.get("certificateExpiresAt", "")
+    except UnicodeDecodeError:
+        raise CliError(f"{directory}: machine.token or machine.key is not text", Exit.USAGE) from None
     if options.output == "json":
         render.print_json(
             {
-                "machineId": body.get("machineId"),
-                "certificateExpiresAt": expires,
+                "machineId": issued.machine_id,
+                "certificateExpiresAt": issued.expires_at,
                 "keyRotated": options.rotate_key,
                 "directory": str(directory),
             },
@@ -512,8 +609,8 @@ def renew(options: RenewOptions) -> Exit:
         )
     else:
         print(
-            f"Renewed the certificate of {body.get('machineId')}: expires {expires} "
-            f"({render.until(expires, response.now())}).",
+            f"Renewed the certificate of {issued.machine_id}: expires {issued.expires_at} "
+            f"({render.until(issued.expires_at, response.now())}).",
             file=options.out,
         )
         if options.rotate_key:

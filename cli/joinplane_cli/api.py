@@ -107,10 +107,49 @@ def _server_time(value: str | None) -> float | None:
         return None
 
 
-def parse_error(status: int, raw: bytes) -> ApiError:
+# Far deeper than anything the API sends; a deeper answer would overflow the stack of whatever
+# walks it next (a table cell, `-o json`).
+MAX_DEPTH = 64
+
+
+class Unreadable(ValueError):
+    """An answer that is not a JSON document we can use; the message completes "the server's answer"."""
+
+
+def _depth_exceeds(document: Any, limit: int) -> bool:
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def decode(raw: bytes) -> Any:
+    """The JSON document in `raw`, or `Unreadable`: not UTF-8, not JSON, a number longer than Python
+    converts (4300 digits), or nested too deeply for the parser or for us."""
     try:
         document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except UnicodeDecodeError:
+        raise Unreadable("is not UTF-8 text") from None
+    except json.JSONDecodeError:
+        raise Unreadable("is not JSON") from None
+    except ValueError:  # int("1" * 5000): Python's limit on the digits of an integer
+        raise Unreadable("holds a number too long to read") from None
+    except RecursionError:
+        raise Unreadable("is nested too deeply") from None
+    if _depth_exceeds(document, MAX_DEPTH):
+        raise Unreadable("is nested too deeply")
+    return document
+
+
+def parse_error(status: int, raw: bytes) -> ApiError:
+    try:
+        document = decode(raw)
+    except Unreadable:
         document = None
     if isinstance(document, dict):
         envelope = document.get("error")
@@ -180,13 +219,17 @@ class Client:
                 answer_headers = {k.lower(): v for k, v in answer.headers.items()}
         except urllib.error.HTTPError as failed:
             with failed:
-                raise parse_error(failed.code, failed.read()) from None
+                try:
+                    raw = failed.read()
+                except (OSError, http.client.HTTPException):
+                    raw = b""  # the body broke off: the status alone says what happened
+                raise parse_error(failed.code, raw) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as failed:
             raise Unreachable(self.url, _reason(failed)) from None
         try:
-            document = json.loads(raw or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ApiError(status, f"HTTP_{status}", "the server's answer is not JSON") from None
+            document = decode(raw or b"{}")
+        except Unreadable as unreadable:
+            raise ApiError(status, f"HTTP_{status}", f"the server's answer {unreadable}") from None
         if not isinstance(document, dict):
             raise ApiError(status, f"HTTP_{status}", "the server's answer is not a JSON object")
         return Response(status, document, _server_time(answer_headers.get("date")), answer_headers)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -60,3 +62,32 @@ def csr_matches(csr_pem: str, key: MachineKey) -> bool:
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return ours == theirs and request.is_signature_valid
+
+
+def _spki(public_key: Any) -> bytes:
+    return bytes(
+        public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+
+
+def pem_certificates(text: object) -> list[x509.Certificate]:
+    """The certificates of a PEM text; ValueError unless it holds at least one."""
+    if not isinstance(text, str) or "-----BEGIN CERTIFICATE-----" not in text:
+        raise ValueError("is not a PEM certificate")
+    try:
+        return x509.load_pem_x509_certificates(text.encode())
+    except ValueError:  # a broken PEM block, or text that cannot be encoded (a lone surrogate)
+        raise ValueError("is not a PEM certificate") from None
+
+
+def certificate_for(text: object, key: MachineKey) -> x509.Certificate:
+    """The PEM certificate in `text` (the first, should a chain follow it), if it is for `key`;
+    ValueError saying what is wrong."""
+    leaf = pem_certificates(text)[0]
+    try:
+        theirs = _spki(leaf.public_key())
+    except (ValueError, UnsupportedAlgorithm):
+        theirs = b""
+    if theirs != _spki(key.key.public_key()):
+        raise ValueError("is not for this machine's key")
+    return leaf
