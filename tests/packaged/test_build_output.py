@@ -107,34 +107,12 @@ def _join_event(key: str) -> dict[str, Any]:
     """A CSR join: proves the layer's cryptography works in a bare interpreter."""
     import tempfile
 
-    from tests.support import call
+    from tests.support import call, openssl_csr
 
     _pool(key)
     token = call("/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "built"}, key).body["token"]
-    directory = Path(tempfile.mkdtemp())
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=x",
-            "-keyout",
-            str(directory / "k"),
-            "-out",
-            str(directory / "c"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return http_event(
-        "/machines/join", json.dumps({"joinToken": token, "csr": (directory / "c").read_text()})
-    )
+    csr = openssl_csr(Path(tempfile.mkdtemp()))
+    return http_event("/machines/join", json.dumps({"joinToken": token, "csr": csr}))
 
 
 def _stream_event(key: str) -> dict[str, Any]:

@@ -337,6 +337,11 @@ def _failed(labelled: list[tuple[str, store.Write]], cancelled: store.Transactio
     }
 
 
+def _claims_taken_elsewhere(failed: dict[str, Any]) -> set[tuple[str, str]]:
+    """Hardware-id claims whose condition failed: another active machine holds them."""
+    return {(k, v) for label in failed if label.startswith("claim:") for _, k, v in [label.split(":", 2)]}
+
+
 # --- fresh joins -----------------------------------------------------------------------------
 
 
@@ -441,9 +446,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             if "pool" in failed:
                 pool = _pool(attempt.tenant, token["poolId"], fresh=True)
                 continue
-            taken = tuple(
-                (k, v) for label in failed if label.startswith("claim:") for _, k, v in [label.split(":", 2)]
-            )
+            taken = tuple(sorted(_claims_taken_elsewhere(failed)))
             if taken:
                 held = tuple(("serialNumber" if k == "serial" else "systemUuid", v) for k, v in taken)
                 continue
@@ -578,7 +581,7 @@ def _consume(
                 pool = _pool(attempt.tenant, request_item["poolId"], fresh=True)
                 continue
             # An operator approved this machine: a hardware id held elsewhere is not claimed again.
-            taken = {tuple(label.split(":", 2)[1:]) for label in failed if label.startswith("claim:")}
+            taken = _claims_taken_elsewhere(failed)
             if taken:
                 claims = [c for c in claims if c not in taken]
                 continue
@@ -681,7 +684,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
                 pool = _pool(attempt.tenant, machine["poolId"], fresh=True)
                 continue
             # A hardware id another machine holds is not claimed by this one (it was admitted before).
-            taken = {tuple(label.split(":", 2)[1:]) for label in failed if label.startswith("claim:")}
+            taken = _claims_taken_elsewhere(failed)
             if taken:
                 claims = [c for c in claims if c not in taken]
                 continue
