@@ -8,13 +8,14 @@ from __future__ import annotations
 import io
 import json
 import statistics
-import subprocess
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from joinplane_local.runtime import start_runtime
+from tests.support import openssl_csr
 
 ROUNDS = 7
 
@@ -38,29 +39,7 @@ def main() -> int:
                 "/api/compute/joinTokens/create",
                 {"tenantId": "dev", "poolId": "dev-pool", "requireApproval": True},
             )["token"]
-            directory = tempfile.mkdtemp()
-            subprocess.run(
-                [
-                    "openssl",
-                    "req",
-                    "-new",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:P-256",
-                    "-nodes",
-                    "-subj",
-                    "/CN=b",
-                    "-keyout",
-                    f"{directory}/k",
-                    "-out",
-                    f"{directory}/c",
-                ],
-                check=True,
-                capture_output=True,
-            )
-            with open(f"{directory}/c") as handle:
-                csr = handle.read()
+            csr = openssl_csr(Path(tempfile.mkdtemp()), "/CN=bench")
             request_id = post("/machines/join", {"joinToken": token, "csr": csr}, auth=False)["joinRequest"][
                 "requestId"
             ]

@@ -17,13 +17,14 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from joinplane import clock, hardware, ids, pools, store
 from joinplane.errors import AlreadyExists, InvalidArgument, JoinplaneError, NotFound, Unavailable
-from joinplane.grants import Principal, Resource
-from joinplane.wire import SITE_ID, STRICT, TENANT_ID, TEXT, ULID
+from joinplane.grants import Principal
+from joinplane.pools import SiteRef
+from joinplane.wire import TEXT, ULID
 
 READ, WRITE = "compute:discovery:read", "compute:discovery:write"
 ID_PREFIX = "disc"
@@ -97,12 +98,6 @@ Serial = Annotated[str, Field(max_length=128, pattern=TEXT), AfterValidator(_ser
 SystemUuid = Annotated[str, Field(max_length=64), AfterValidator(_uuid)]
 Mac = Annotated[str, Field(max_length=32), AfterValidator(_mac)]
 Fingerprint = Annotated[str, Field(pattern=FINGERPRINT), AfterValidator(_fingerprint)]
-
-
-class SiteRef(BaseModel):
-    model_config = STRICT
-    tenantId: str = Field(pattern=TENANT_ID)
-    siteId: str = Field(pattern=SITE_ID)
 
 
 class RegisterEntry(SiteRef):
@@ -182,11 +177,7 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _site(principal: Principal, request: SiteRef, permission: str) -> None:
-    """The site, authorized; NOT_FOUND when it does not exist or is out of the caller's sight."""
-    principal.check_tenant(request.tenantId)
-    if store.get(*pools.site_key(request.tenantId, request.siteId)) is None:
-        raise NotFound("site not found")
-    principal.authorize(permission, Resource(request.tenantId, request.siteId, kind="site"))
+    pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
 def register(principal: Principal, request: RegisterEntry) -> dict[str, Any]:

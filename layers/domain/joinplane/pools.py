@@ -81,6 +81,12 @@ class PoolRef(BaseModel):
     poolId: str = Field(pattern=POOL_ID)
 
 
+class SiteRef(BaseModel):
+    model_config = STRICT
+    tenantId: str = Field(pattern=TENANT_ID)
+    siteId: str = Field(pattern=SITE_ID)
+
+
 class CreatePool(PoolRef):
     siteId: str = Field(pattern=SITE_ID)
     name: str = Field(min_length=1, max_length=128, pattern=TEXT)
@@ -150,6 +156,17 @@ def load(principal: Principal, tenant_id: str, pool_id: str, permission: str) ->
         raise NotFound("pool not found")
     principal.authorize(permission, resource_of(item))
     return item
+
+
+def load_site(principal: Principal, tenant_id: str, site_id: str, permission: str) -> Resource:
+    """A site the principal may act on with `permission`; NOT_FOUND when it does not exist (no pool
+    names it) or is out of the caller's sight, exactly as for a pool."""
+    principal.check_tenant(tenant_id)
+    if store.get(*site_key(tenant_id, site_id)) is None:
+        raise NotFound("site not found")
+    resource = Resource(tenant_id, site_id, kind="site")
+    principal.authorize(permission, resource)
+    return resource
 
 
 def create(principal: Principal, request: CreatePool) -> dict[str, Any]:

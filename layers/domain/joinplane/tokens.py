@@ -114,12 +114,7 @@ def _target(principal: Principal, request: TokenTarget, permission: str) -> Reso
     if request.poolId is not None:
         return pools.resource_of(pools.load(principal, request.tenantId, request.poolId, permission))
     assert request.siteId is not None
-    principal.check_tenant(request.tenantId)
-    resource = Resource(request.tenantId, request.siteId, kind="site")
-    if store.get(*pools.site_key(request.tenantId, request.siteId)) is None:
-        raise NotFound("site not found")
-    principal.authorize(permission, resource)
-    return resource
+    return pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
 def create(principal: Principal, request: CreateJoinToken) -> dict[str, Any]:

@@ -17,25 +17,20 @@ import hashlib
 import re
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from joinplane import clock, pools, store
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
-from joinplane.grants import Principal, Resource
-from joinplane.wire import SITE_ID, STRICT, TENANT_ID, TEXT
+from joinplane.grants import Principal
+from joinplane.pools import SiteRef
+from joinplane.wire import TEXT
 
 READ, WRITE = "compute:attestation:read", "compute:attestation:write"
 # Either case is accepted (Windows tools print hashes uppercase); stored and shown lowercase.
 SHA256_HEX = r"^[0-9a-fA-F]{64}$"
 MAX_PEM_CHARS = 16 * 1024
 _PEM = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n(?P<body>[A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
-
-
-class SiteRef(BaseModel):
-    model_config = STRICT
-    tenantId: str = Field(pattern=TENANT_ID)
-    siteId: str = Field(pattern=SITE_ID)
 
 
 class AddKey(SiteRef):
@@ -147,11 +142,7 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _site(principal: Principal, request: SiteRef, permission: str) -> None:
-    """The site, authorized; NOT_FOUND when it does not exist or is out of the caller's sight."""
-    principal.check_tenant(request.tenantId)
-    if store.get(*pools.site_key(request.tenantId, request.siteId)) is None:
-        raise NotFound("site not found")
-    principal.authorize(permission, Resource(request.tenantId, request.siteId, kind="site"))
+    pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
 def add(principal: Principal, request: AddKey) -> dict[str, Any]:
