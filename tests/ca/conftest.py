@@ -36,7 +36,13 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("TABLE_NAME", "unused")
-    for name in ("AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_PROFILE", "CA_SECRET_PREFIX"):
+    for name in (
+        "AWS_ENDPOINT_URL",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "CA_SECRET_PREFIX",
+        "SPIFFE_TRUST_DOMAIN",
+    ):
         monkeypatch.delenv(name, raising=False)
     _reset_process_state()
     yield

@@ -295,7 +295,11 @@ def test_the_certificate_holds_exactly_what_the_server_decides(
         x509.AuthorityKeyIdentifier.oid,
     }
     san = extensions[x509.SubjectAlternativeName.oid].value
-    assert list(san) == [x509.UniformResourceIdentifier("spiffe://acme/pool/gpu-east/machine/mach_01")]
+    assert list(san) == [
+        x509.UniformResourceIdentifier(
+            "spiffe://joinplane.internal/tenant/acme/pool/gpu-east/machine/mach_01"
+        )
+    ]
     assert list(extensions[x509.ExtendedKeyUsage.oid].value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     basic = extensions[x509.BasicConstraints.oid]
     assert basic.critical and basic.value.ca is False
@@ -310,7 +314,7 @@ def test_the_certificate_holds_exactly_what_the_server_decides(
     )
     # And openssl reads the same
     text = ossl.text(issued.certificate_pem)
-    assert "URI:spiffe://acme/pool/gpu-east/machine/mach_01" in text
+    assert "URI:spiffe://joinplane.internal/tenant/acme/pool/gpu-east/machine/mach_01" in text
     assert "CA:FALSE" in text and "TLS Web Client Authentication" in text
 
 
@@ -334,7 +338,9 @@ def test_every_extension_the_csr_asks_for_is_ignored(csrs: Csrs, ossl: OpensslTo
         assert requested not in text
     cert = certificate(issued.certificate_pem)
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(name.value) for name in san] == ["spiffe://acme/pool/gpu-east/machine/mach_01"]
+    assert [str(name.value) for name in san] == [
+        "spiffe://joinplane.internal/tenant/acme/pool/gpu-east/machine/mach_01"
+    ]
     assert ossl.verify(issued.ca_certificates_pem, issued.certificate_pem).returncode == 0
     assert (
         ossl.verify(issued.ca_certificates_pem, issued.certificate_pem, purpose="sslserver").returncode != 0
@@ -515,7 +521,9 @@ def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
     assert all(len(name) == len("CN=") + 64 and name.startswith("CN=Joinplane pool CA ttt") for name in names)
     assert names[0] != names[1] and all("~" in name for name in names)
     san = certificate(a.certificate_pem).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(n.value) for n in san] == [f"spiffe://{tenant}/pool/{pool_a}/machine/{'m' * 64}"]
+    assert [str(n.value) for n in san] == [
+        f"spiffe://joinplane.internal/tenant/{tenant}/pool/{pool_a}/machine/{'m' * 64}"
+    ]
     # And openssl verifies each certificate under its own CA only
     assert ossl.verify(a.ca_certificates_pem, a.certificate_pem).returncode == 0
     assert ossl.verify(b.ca_certificates_pem, a.certificate_pem).returncode != 0
@@ -531,6 +539,8 @@ def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
         (TENANT, "a/b", "mach_01", "poolId"),
         (TENANT, POOL, "m#fragment", "machineId"),
         (TENANT, POOL, "m" * 65, "machineId"),
+        # The machine id is the SPIFFE ID's last segment as it is, and ':' is no segment character.
+        (TENANT, POOL, "mach:01", "machineId"),
     ],
 )
 def test_ids_that_would_bend_the_spiffe_uri_or_the_secret_name_are_refused(

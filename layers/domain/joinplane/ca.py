@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
 
-from joinplane import aws, clock
+from joinplane import aws, clock, spiffe
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from joinplane.settings import settings
 
@@ -43,7 +43,8 @@ _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 # X.520's upper bound for a commonName; the machine id is the machine certificate's CN.
 _MAX_COMMON_NAME = 64
-_MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+# The machine id is also the last segment of the SPIFFE ID, as it is: no `:` (`mach_<ulid>` has none).
+_MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _PEM = re.compile(
     r"-----BEGIN (?P<label>(?:NEW )?CERTIFICATE REQUEST)-----\r?\n"
     r"(?P<body>[A-Za-z0-9+/=\s]*?)"
@@ -204,7 +205,14 @@ def _der_header(der: bytes, offset: int) -> tuple[int, int]:
 
 
 def spiffe_id(tenant_id: str, pool_id: str, machine_id: str) -> str:
-    return f"spiffe://{tenant_id}/pool/{pool_id}/machine/{machine_id}"
+    """`spiffe://<trust domain>/tenant/<tenant>/pool/<pool>/machine/<machineId>`, the trust domain
+    from the deployment (SPIFFE_TRUST_DOMAIN) and the ids escaped as joinplane.spiffe says."""
+    trust_domain = settings().spiffe_trust_domain
+    try:
+        spiffe.check_trust_domain(trust_domain)
+    except ValueError as bad:
+        raise Internal(f"the deployment's SPIFFE_TRUST_DOMAIN is unusable: {bad}") from None
+    return spiffe.for_machine(trust_domain, tenant_id, pool_id, machine_id)
 
 
 def issue_machine_certificate(
@@ -213,6 +221,8 @@ def issue_machine_certificate(
     _check_ids(tenant_id, pool_id)
     if not _MACHINE_ID.fullmatch(machine_id):
         raise InvalidArgument("machineId is not a valid machine id")
+    # Before the pool CA: a deployment without a usable trust domain creates no CA either.
+    uri = spiffe_id(tenant_id, pool_id, machine_id)
     pool_ca = _pool_ca(tenant_id, pool_id)
 
     # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
@@ -251,9 +261,7 @@ def issue_machine_certificate(
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.UniformResourceIdentifier(spiffe_id(tenant_id, pool_id, machine_id))]
-            ),
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]),
             # RFC 5280: the SAN is critical when the subject DN is empty; ours names the machine.
             critical=False,
         )
