@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from joinplane import clock, store
-from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
+from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
@@ -169,8 +169,24 @@ def load_site(principal: Principal, tenant_id: str, site_id: str, permission: st
     return resource
 
 
+def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> None:
+    """May the principal put a pool in this site? A pool's site decides which site-scoped grants
+    reach it and whose unclaimed site requests it can list and approve, so placing a pool is an act
+    on the site: it needs `compute:pools:write` held at `site/<siteId>`, `tenant` or `platform`.
+    A `compute-pool/<id>` or `compute-pool/*` grant reaches pools, never a site, so it cannot
+    choose one. Refused with PERMISSION_DENIED whether or not the site exists (nothing is looked
+    up), so the answer reveals nothing. A pool's site never changes today (`siteId` is not an
+    `update` field); anything that ever moves a pool must pass this check for the new site."""
+    principal.check_tenant(tenant_id)
+    if not principal.can(WRITE, Resource(tenant_id, site_id, kind="site")):
+        raise PermissionDenied(
+            f"creating a pool in site {site_id!r} needs {WRITE} at site/{site_id}, tenant or platform "
+            "scope; a compute-pool grant does not choose a site"
+        )
+
+
 def create(principal: Principal, request: CreatePool) -> dict[str, Any]:
-    principal.authorize(WRITE, Resource(request.tenantId, request.siteId, request.poolId, kind="pool"))
+    authorize_placement(principal, request.tenantId, request.siteId)
     now = clock.rfc3339(clock.now())
     pk, sk = pool_key(request.tenantId, request.poolId)
     item = {
