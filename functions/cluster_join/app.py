@@ -5,6 +5,7 @@ parsed (400), then the leader's checks."""
 import logging
 from typing import Any
 
+from joinplane import deadline
 from joinplane.clusters import membership, sylve_wire
 from joinplane.errors import Internal, JoinplaneError, NotFound
 from joinplane.http import HttpRequest
@@ -17,6 +18,14 @@ PATHS = frozenset({"/cluster/accept-join", "/api/cluster/accept-join"})
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    deadline.begin(context)
+    try:
+        return _handle(event)
+    finally:
+        deadline.end()
+
+
+def _handle(event: dict[str, Any]) -> dict[str, Any]:
     request = HttpRequest.from_event(event)
     try:
         if request.method != "POST" or request.path not in PATHS:

@@ -6,18 +6,40 @@ The helpers at the top are shared by the other tests/clusters/test_accept_join_*
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from joinplane import store
-from joinplane.clusters import inventory, membership
+from joinplane import deadline, store
+from joinplane.clusters import inventory, membership, sylve_wire
 from joinplane.errors import Unavailable
 from tests.conftest import all_items
 from tests.support import LambdaContext, Reply, call, http_event, load_function
 
 PATH = "/cluster/accept-join"
+
+
+@dataclass
+class Answer(Reply):
+    """A reply with its response headers."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Remaining:
+    """A Lambda context whose invocation has `seconds` left from when it is made."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
 TENANT, POOL = "acme", "sylve"
 
 
@@ -28,13 +50,16 @@ def post(
     raw: bytes | None = None,
     headers: dict[str, str] | None = None,
     path: str = PATH,
-) -> Reply:
-    """The endpoint as API Gateway delivers it: no authorizer, headers lower-cased and joined."""
+    context: Any = None,
+) -> Answer:
+    """The endpoint as API Gateway delivers it: no authorizer, headers lower-cased and joined.
+    `context` is the Lambda context (default: one with 10 s left)."""
     sent = {"x-cluster-key": key} if key is not None else {}
     sent.update(headers or {})
     payload = raw if raw is not None else json.dumps(body).encode()
-    result = load_function("cluster_join").lambda_handler(http_event(path, payload, sent), LambdaContext())
-    return Reply(result["statusCode"], json.loads(result["body"]))
+    event = http_event(path, payload, sent)
+    result = load_function("cluster_join").lambda_handler(event, context or LambdaContext())
+    return Answer(result["statusCode"], json.loads(result["body"]), result.get("headers") or {})
 
 
 def make_cluster(admin_key: str, pool_id: str = POOL, *, required: str | None = None) -> str:
@@ -434,7 +459,7 @@ def test_a_store_outage_is_503_inventory_unavailable(key: str, monkeypatch: pyte
 
 
 def test_a_transaction_refused_for_other_reasons_is_503(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(writes: Any) -> None:
+    def refused(writes: Any, **_: Any) -> None:
         raise store.TransactionCanceled(["ThrottlingError"], [None])
 
     monkeypatch.setattr(store, "transact", refused)
@@ -442,17 +467,49 @@ def test_a_transaction_refused_for_other_reasons_is_503(key: str, monkeypatch: p
     assert (reply.status, reply.body["message"]) == (503, "guest_identity_inventory_unavailable")
 
 
-def test_a_join_that_keeps_losing_gives_up_with_503(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_join_that_keeps_losing_gives_up_with_503_before_its_deadline(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store on which every commit of this join loses to another transaction
     calls = []
 
-    def lost(writes: Any) -> None:
+    def lost(writes: Any, **_: Any) -> None:
         calls.append(len(writes))
         raise store.TransactionCanceled(["None", "TransactionConflict"], [None, None])
 
     monkeypatch.setattr(store, "transact", lost)
-    monkeypatch.setattr(membership.time, "sleep", lambda seconds: None)
-    reply = post(join_body("node-a", "10.0.0.1", [1]), key)
+    before = all_items()
+    # When it is sent with 1.6 s of its invocation left
+    started = time.monotonic()
+    reply = post(join_body("node-a", "10.0.0.1", [1]), key, context=Remaining(1.6))
+    elapsed = time.monotonic() - started
+    # Then it tried more than once, and stopped with time to spare (1 s is kept in reserve)
+    assert len(calls) > 1
+    assert elapsed < 1.6
+    # And the answer is Sylve's 503 with a retry hint, and nothing was written
     assert (reply.status, reply.body["message"]) == (503, "guest_identity_inventory_unavailable")
+    assert reply.headers["retry-after"] == "1"
+    assert "retry_after_seconds=1" in reply.body["error"]
+    assert all_items() == before
+
+
+def test_a_join_that_keeps_losing_without_a_deadline_stops_after_max_attempts(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given every commit loses, and a caller that gives no Lambda context (no deadline)
+    calls = []
+
+    def lost(writes: Any, **_: Any) -> None:
+        calls.append(len(writes))
+        raise store.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+
+    monkeypatch.setattr(store, "transact", lost)
+    monkeypatch.setattr(deadline.time, "sleep", lambda seconds: None)
+    cluster = membership.authenticate(key)
+    request = sylve_wire.decode_accept_join(json.dumps(join_body("node-a", "10.0.0.1", [1])).encode())
+    # When it joins, Then it gives up after MAX_ATTEMPTS with a retryable error
+    with pytest.raises(Unavailable):
+        membership.accept_join(cluster, request)
     assert len(calls) == membership.MAX_ATTEMPTS
 
 

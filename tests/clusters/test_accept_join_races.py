@@ -76,11 +76,11 @@ def decide_all_before_any_commits(monkeypatch: pytest.MonkeyPatch, parties: int)
     held = threading.local()
     transact = store.transact
 
-    def after_everyone_decided(writes: Any) -> None:
+    def after_everyone_decided(writes: Any, **options: Any) -> None:
         if not getattr(held, "done", False):
             held.done = True
             barrier.wait()
-        transact(writes)
+        transact(writes, **options)
 
     monkeypatch.setattr(store, "transact", after_everyone_decided)
 

@@ -45,10 +45,10 @@ def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[store.Write]]:
     seen: list[list[store.Write]] = []
     transact = store.transact
 
-    def recording(writes: Any) -> None:
+    def recording(writes: Any, **options: Any) -> None:
         writes = list(writes)
         seen.append(writes)
-        transact(writes)
+        transact(writes, **options)
 
     monkeypatch.setattr(store, "transact", recording)
     return seen

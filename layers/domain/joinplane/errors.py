@@ -61,3 +61,14 @@ class Aborted(JoinplaneError):
     """A concurrent request changed what this one decided on; retrying is safe."""
 
     code = "ABORTED"
+
+
+class OutOfTime(Unavailable):
+    """The invocation is about to run out of time (see joinplane.deadline): nothing more was
+    attempted. Every dialect answers 503 in its own envelope with `Retry-After`."""
+
+    def __init__(
+        self, message: str, retry_after_seconds: int = 1, details: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(message, details)
+        self.retry_after_seconds = retry_after_seconds

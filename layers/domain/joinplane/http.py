@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from joinplane.errors import Internal, JoinplaneError, NotFound
+from joinplane import deadline
+from joinplane.errors import Internal, JoinplaneError, NotFound, OutOfTime
 
 logger = logging.getLogger("joinplane")
 
@@ -44,8 +45,14 @@ class HttpRequest:
         )
 
     def body_size(self) -> int:
+        """The body's size in bytes, without decoding it. A base64 body (API Gateway's form of a
+        body that is not UTF-8) of n characters and p padding characters holds (n - p) * 3 // 4
+        bytes exactly; an unpadded one ("QQ") counts the same way. Malformed base64 may count
+        more than it decodes to, never less."""
         if self.base64_encoded:
-            return len(self.raw_body) * 3 // 4  # within 2 bytes; exact size is not needed to refuse
+            raw = self.raw_body
+            padding = len(raw) - len(raw.rstrip("="))
+            return (len(raw) - min(padding, 2)) * 3 // 4
         return len(self.raw_body.encode())
 
     def body(self) -> bytes:
@@ -54,6 +61,13 @@ class HttpRequest:
 
 Route = Callable[[HttpRequest], tuple[int, Any] | dict[str, Any]]
 ErrorRenderer = Callable[[JoinplaneError], dict[str, Any]]
+
+
+def retry_headers(error: JoinplaneError) -> dict[str, str]:
+    """`Retry-After` for an error that says when to retry (OutOfTime), else nothing."""
+    if isinstance(error, OutOfTime):
+        return {"retry-after": str(error.retry_after_seconds)}
+    return {}
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -78,6 +92,13 @@ class Router:
         return register
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        deadline.begin(context)
+        try:
+            return self._handle(event)
+        finally:
+            deadline.end()
+
+    def _handle(self, event: dict[str, Any]) -> dict[str, Any]:
         request = HttpRequest.from_event(event)
         try:
             route = self._routes.get((request.method, request.path))

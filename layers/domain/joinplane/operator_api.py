@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from joinplane import keyauth
-from joinplane.errors import InvalidArgument, JoinplaneError, PayloadTooLarge, Unauthenticated
+from joinplane.errors import InvalidArgument, JoinplaneError, OutOfTime, PayloadTooLarge, Unauthenticated
 from joinplane.grants import Principal
-from joinplane.http import HttpRequest, Router, json_response
+from joinplane.http import HttpRequest, Router, json_response, retry_headers
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -36,8 +36,13 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def render_error(error: JoinplaneError) -> dict[str, Any]:
-    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
-    return json_response(STATUS.get(error.code, 500), body)
+    """An OutOfTime (UNAVAILABLE, 503) also says when to retry: `Retry-After` and a detail
+    `{"reason": "out_of_time", "retryAfterSeconds": n}`."""
+    details = error.details
+    if isinstance(error, OutOfTime):
+        details = [*details, {"reason": "out_of_time", "retryAfterSeconds": error.retry_after_seconds}]
+    body = {"error": {"code": error.code, "message": error.message, "details": details}}
+    return json_response(STATUS.get(error.code, 500), body, retry_headers(error))
 
 
 def router() -> Router:

@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import random
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
-from joinplane import clock, credentials, ids, pools, store
+from joinplane import clock, credentials, deadline, ids, pools, store
 from joinplane.clusters import inventory, sylve_wire
 from joinplane.clusters.inventory import InventoryEntry, InventoryReport
 from joinplane.clusters.sylve_wire import AcceptJoin, go_trim_space
@@ -59,7 +59,10 @@ KEY_ID_PREFIX = "ckey"
 READ, WRITE = "compute:clusters:read", "compute:clusters:write"
 BUCKET_WIDTH = 200
 BUCKETS = inventory.GUEST_ID_MAX // BUCKET_WIDTH + 1
-MAX_ATTEMPTS = 6
+# Without a deadline (no Lambda context) a loop stops after this many attempts; with one, only
+# the time left stops it.
+MAX_ATTEMPTS = 12
+_MIN_BACKOFF = 0.005
 ROTATED_KEY_TTL = 35 * 86_400
 _RETRYABLE = frozenset({"None", "ConditionalCheckFailed", "TransactionConflict"})
 
@@ -114,36 +117,62 @@ def _keyed_pool(tenant_id: str, pool_id: str, key_id: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Decision:
-    report: InventoryReport
+    node_id: str
+    joiner: InventoryReport
+    buckets: dict[int, _Bucket]
     writes: list[store.Write]
+
+    def report(self) -> InventoryReport:
+        """The merged report (preflight's answer), built only when asked for: with a full
+        registry it is the costliest step of a decision, and an accept does not answer with it."""
+        return inventory.merge(self.joiner, _registry(self.buckets), exclude_node_id=self.node_id)
 
 
 def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
-    """Sylve's AcceptJoin: (message, data) of the 200 answer, or a SylveError."""
+    """Sylve's AcceptJoin: (message, data) of the 200 answer, or a SylveError.
+
+    Concurrent joins into one guest item serialise: each commit moves the item's version, so of
+    the joins that read it together one commits and the others decide again. Every attempt
+    starts only with time left for one more like the slowest so far (`deadline.check`), and the
+    pause between attempts is jittered over a window scaled by how long an attempt takes, so
+    the losers of one round do not all meet again in the next. Out of time is OutOfTime (503
+    with Retry-After) before anything is written, never a gateway timeout after a commit."""
     pool = cluster.pool
-    for attempt in range(MAX_ATTEMPTS):
+    slowest = 0.0
+    attempt = 0
+    while True:
+        reserve = max(deadline.DEFAULT_RESERVE, slowest)
+        deadline.check(reserve)
+        started = time.monotonic()
         if attempt:
-            time.sleep(random.uniform(0, 0.005 * 2**attempt))
             pool = _keyed_pool(pool["tenantId"], pool["poolId"], cluster.key_id)
         decision = _decide(pool, cluster.key_id, request)
         if request.preflight:
-            return "cluster_join_preflight_passed", decision.report
+            return "cluster_join_preflight_passed", decision.report()
         if not decision.writes:
             return "node_added_to_cluster", request.echo()
         try:
-            store.transact(decision.writes)
+            # A TransactionConflict is retried here, under the deadline, not inside store.
+            store.transact(decision.writes, conflict_retries=0)
         except store.TransactionCanceled as canceled:
-            if set(canceled.reasons) <= _RETRYABLE:
-                continue  # something this join decided on changed: read again, decide again
-            raise Unavailable(f"the registry could not be written ({', '.join(canceled.reasons)})") from None
+            if not set(canceled.reasons) <= _RETRYABLE:
+                reasons = ", ".join(canceled.reasons)
+                raise Unavailable(f"the registry could not be written ({reasons})") from None
+            # Something this join decided on changed: read again, decide again.
+            slowest = max(slowest, time.monotonic() - started)
+            attempt += 1
+            if attempt >= MAX_ATTEMPTS and deadline.remaining() == math.inf:
+                raise Unavailable("the cluster changed during every attempt of this join; retry") from None
+            deadline.sleep(deadline.backoff(attempt, max(_MIN_BACKOFF, slowest)), max(reserve, slowest))
+            continue
         logger.info(
-            "cluster node joined: %s/%s node %r",
+            "cluster node joined: %s/%s node %r after %d attempt(s)",
             pool["tenantId"],
             pool["poolId"],
             go_trim_space(request.node_id),
+            attempt + 1,
         )
         return "node_added_to_cluster", request.echo()
-    raise Unavailable("the cluster changed during every attempt of this join; retry")
 
 
 def _decide(pool: dict[str, Any], key_id: str, request: AcceptJoin) -> _Decision:
@@ -158,17 +187,11 @@ def _decide(pool: dict[str, Any], key_id: str, request: AcceptJoin) -> _Decision
     joiner = _joiner_report(node_id, request)
     nodes, buckets = _snapshot(pool["tenantId"], pool["poolId"])
     member = _member(nodes, node_id, address)
-    registry = [
-        InventoryEntry.model_construct(nodeId=node, guestType=kind, guestId=guest_id, recordId=0, name="")
-        for bucket in buckets.values()
-        for guest_id, (kind, node) in bucket.claims.items()
-    ]
-    _check_claims(node_id, joiner, registry, member is not None)
-    report = inventory.merge(joiner, registry, exclude_node_id=node_id)
+    _check_claims(node_id, joiner, buckets, member is not None)
     if member is not None or request.preflight:
-        return _Decision(report, [])
+        return _Decision(node_id, joiner, buckets, [])
     writes = _join_writes(pool, key_id, node_id, address, offered, joiner, buckets)
-    return _Decision(report, writes)
+    return _Decision(node_id, joiner, buckets, writes)
 
 
 def _address(node_ip: str) -> str:
@@ -207,7 +230,11 @@ def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[dict[str, Any]], dict[
     commits in between would show its claims without its node (a retry of that very join would then
     look like a conflict with itself). Every commit inserts a node item, so members read the same
     before and after the guest items means nothing committed in between."""
-    for _ in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS):
+        if attempt:
+            deadline.sleep(deadline.backoff(attempt, _MIN_BACKOFF))
+        else:
+            deadline.check()
         nodes = _nodes(tenant_id, pool_id)
         buckets = _buckets(tenant_id, pool_id)
         if [n["sk"] for n in _nodes(tenant_id, pool_id)] == [n["sk"] for n in nodes]:
@@ -272,21 +299,30 @@ def _buckets(tenant_id: str, pool_id: str) -> dict[int, _Bucket]:
     return {number: _decode_bucket(found[k]) for number, k in enumerate(keys) if k in found}
 
 
-def _check_claims(
-    node_id: str, joiner: InventoryReport, registry: list[InventoryEntry], member: bool
-) -> None:
+def _registry(buckets: dict[int, _Bucket]) -> list[InventoryEntry]:
+    """Every claim as a registry entry (recordId 0, no name), as a Sylve leader reports them."""
+    return [
+        InventoryEntry.model_construct(nodeId=node, guestType=kind, guestId=guest_id, recordId=0, name="")
+        for bucket in buckets.values()
+        for guest_id, (kind, node) in bucket.claims.items()
+    ]
+
+
+def _check_claims(node_id: str, joiner: InventoryReport, buckets: dict[int, _Bucket], member: bool) -> None:
     """Sylve's validateJoinInventoryAgainstClaims. A member's claims were committed with it, so a
-    member is Sylve's voter: it may repeat its join, but not with a different inventory."""
-    claims = {claim.guestId: claim for claim in registry}
+    member is Sylve's voter: it may repeat its join, but not with a different inventory. Looks up
+    only the joiner's own IDs; the full registry is built only to report a conflict."""
     for entry in joiner.entries:
-        claim = claims.get(entry.guestId)
+        bucket = buckets.get(entry.guestId // BUCKET_WIDTH)
+        claim = bucket.claims.get(entry.guestId) if bucket else None
         if claim is None:
             if member:
                 raise sylve_wire.preflight_failed("joining_inventory_changed_for_existing_voter")
             continue
-        if not (member and claim.nodeId == node_id and claim.guestType == entry.guestType):
-            raise sylve_wire.inventory_conflict(inventory.merge(joiner, registry))
-    owned = sum(1 for claim in registry if claim.nodeId == node_id)
+        kind, owner = claim
+        if not (member and owner == node_id and kind == entry.guestType):
+            raise sylve_wire.inventory_conflict(inventory.merge(joiner, _registry(buckets)))
+    owned = sum(1 for bucket in buckets.values() for _, owner in bucket.claims.values() if owner == node_id)
     if owned != len(joiner.entries) and (member or owned):
         raise sylve_wire.preflight_failed("joining_inventory_changed_for_existing_member")
 
@@ -386,7 +422,11 @@ class ListClusterGuests(pools.PoolRef):
 def rotate_key(principal: Principal, request: RotateClusterKey) -> dict[str, Any]:
     """One transaction: the new key item, the pool repointed (conditioned on the key it named, so
     concurrent rotations serialise), the old key item deleted."""
-    for _ in range(3):
+    for attempt in range(3):
+        if attempt:
+            deadline.sleep(deadline.backoff(attempt, 0.02))
+        else:
+            deadline.check()
         pool = pools.load(principal, request.tenantId, request.poolId, WRITE)
         if pool["state"] != "active":
             raise InvalidState("pool is archived; archived pools cannot be changed")
@@ -438,9 +478,9 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> dict[str, Any
                 )
             )
         try:
-            store.transact(writes)
+            store.transact(writes, conflict_retries=0)
         except store.TransactionCanceled:
-            continue  # rotated or archived meanwhile: look again
+            continue  # rotated or archived meanwhile, or a transaction in flight: look again
         return {
             "tenantId": pool["tenantId"],
             "poolId": pool["poolId"],

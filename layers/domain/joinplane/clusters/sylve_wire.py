@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_json_compact
-from joinplane.errors import JoinplaneError
-from joinplane.http import HttpRequest
+from joinplane.errors import JoinplaneError, OutOfTime
+from joinplane.http import HttpRequest, retry_headers
 
 MAX_BODY_BYTES = 1 << 20
 MAX_ID_BYTES = 128
@@ -76,11 +76,13 @@ class SylveError(JoinplaneError):
         self.data = data
 
 
-def envelope(status: int, outcome: str, message: str, error: str, data: Any) -> dict[str, Any]:
+def envelope(
+    status: int, outcome: str, message: str, error: str, data: Any, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     body = {"status": outcome, "message": message, "error": error, "data": data}
     return {
         "statusCode": status,
-        "headers": {"content-type": "application/json; charset=utf-8"},
+        "headers": {"content-type": "application/json; charset=utf-8", **(headers or {})},
         "body": go_json_compact(body).decode(),
         "isBase64Encoded": False,
     }
@@ -93,6 +95,15 @@ def success(message: str, data: Any) -> dict[str, Any]:
 def render_error(error: JoinplaneError) -> dict[str, Any]:
     if isinstance(error, SylveError):
         return envelope(error.status, "error", error.message, error.error, error.data)
+    if isinstance(error, OutOfTime):
+        # The outcome a Sylve node already retries on; the hint is in `error` and Retry-After.
+        detail = (
+            f"guest_identity_inventory_unavailable: {error.message} "
+            f"(retry_after_seconds={error.retry_after_seconds})"
+        )
+        return envelope(
+            503, "error", "guest_identity_inventory_unavailable", detail, None, retry_headers(error)
+        )
     if error.code == "UNAVAILABLE":
         detail = f"guest_identity_inventory_unavailable: {error.message}"
         return envelope(503, "error", "guest_identity_inventory_unavailable", detail, None)
@@ -150,8 +161,7 @@ def cluster_key(headers: dict[str, str]) -> str:
 
 def body(request: HttpRequest) -> bytes:
     raw = request.raw_body
-    size = len(raw) * 3 // 4 - raw[-2:].count("=") if request.base64_encoded else len(raw.encode())
-    if size > MAX_BODY_BYTES:
+    if request.body_size() > MAX_BODY_BYTES:
         raise SylveError(413, "request_body_too_large")
     try:
         return base64.b64decode(raw, validate=True) if request.base64_encoded else raw.encode()
