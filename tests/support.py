@@ -4,10 +4,12 @@ authorizer and handler with API Gateway HTTP API (payload 2.0) events."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import json
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,12 +124,74 @@ def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> 
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
 
 
+def sign_proof(
+    key_path: Path,
+    *,
+    purpose: str,
+    credential: str,
+    body: bytes,
+    timestamp: int | None = None,
+    nonce: str | None = None,
+    public_key: Path | None = None,
+) -> str:
+    """A `Joinplane-Proof` header value made as a hand-rolled client would: the README's printf,
+    signed by the openssl CLI with the machine's key file (`public_key`: send its SPKI as `key=`)."""
+    t = int(time.time()) if timestamp is None else timestamp
+    nonce = (
+        nonce
+        or subprocess.run(
+            ["openssl", "rand", "-hex", "16"], capture_output=True, check=True, text=True
+        ).stdout.strip()
+    )
+    message = (
+        f"joinplane-proof-v1\n{purpose}\n{t}\n{nonce}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
+        f"{hashlib.sha256(body).hexdigest()}\n"
+    ).encode()
+    key_type = subprocess.run(
+        ["openssl", "pkey", "-in", str(key_path), "-noout", "-text"],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    if "ED25519" in key_type.upper().split("\n", 1)[0]:
+        command = ["openssl", "pkeyutl", "-sign", "-inkey", str(key_path), "-rawin"]
+    else:
+        command = ["openssl", "dgst", "-sha256", "-sign", str(key_path)]
+    signature = subprocess.run(command, input=message, capture_output=True, check=True).stdout
+    header = f"t={t},n={nonce},sig={base64.b64encode(signature).decode()}"
+    if public_key is not None:
+        spki = subprocess.run(
+            ["openssl", "pkey", "-in", str(public_key), "-pubout", "-outform", "DER"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        header += f",key={base64.b64encode(spki).decode()}"
+    return header
+
+
 def join(
-    body: Any, *, bearer: str | None = None, raw: bytes | None = None, path: str = "/machines/join"
+    body: Any,
+    *,
+    bearer: str | None = None,
+    raw: bytes | None = None,
+    path: str = "/machines/join",
+    signed_by: Path | None = None,
+    proof: str | None = None,
 ) -> Reply:
-    """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer."""
+    """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer.
+
+    `signed_by` (a machine's key file) adds a fresh Joinplane-Proof for exactly this request;
+    `proof` sends a given header value as it is (a replay)."""
     headers = {"authorization": f"Bearer {bearer}"} if bearer is not None else {}
     payload = raw if raw is not None else json.dumps(body).encode()
+    if signed_by is not None:
+        renewing = path.endswith("/renew")
+        credential = (body or {}).get("machineToken" if renewing else "joinToken") or bearer or ""
+        proof = sign_proof(
+            signed_by, purpose="renew" if renewing else "join", credential=credential, body=payload
+        )
+    if proof is not None:
+        headers["joinplane-proof"] = proof
     result = load_function("machine_join").lambda_handler(http_event(path, payload, headers), LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
 

@@ -262,7 +262,7 @@ class Agent:
         # The stored key, if any, so the verdict is the one this machine's next join would get.
         key = self._stored_key() or MachineKey.generate()
         body = {**self._body(facts, key.csr(facts.hostname)), "dryRun": True}
-        response = self._post_join(body)
+        response = self._post_join(body, key)
         verdict = str(response.body.get("verdict", "")) or ("admit" if response.body.get("ok") else "deny")
         listed = response.body.get("reasons")
         reasons = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
@@ -282,12 +282,20 @@ class Agent:
                 self.say(f"  {response.body['errMsg']}")
         return {"admit": Exit.OK, "defer": Exit.PENDING}.get(verdict, Exit.DENIED)
 
-    def _post_join(self, body: dict[str, Any]) -> Response:
-        """One join call, with the quick retries every client owes a transient failure."""
+    def _post_join(self, body: dict[str, Any], key: MachineKey) -> Response:
+        """One join call, with the quick retries every client owes a transient failure. Every call
+        proves fresh possession of the key: a re-join or the join that consumes an approval needs it,
+        and the agent cannot know beforehand which one this is."""
+        token = self.o.token or ""
         delay = 1.0
         for attempt in range(QUICK_RETRIES):
             try:
-                return self.client.post("/machines/join", body, bearer=self.o.token)
+                return self.client.post(
+                    "/machines/join",
+                    body,
+                    bearer=self.o.token,
+                    proof=lambda raw: key.proof("join", token, raw),
+                )
             except ApiError as failed:
                 if not failed.transient or attempt == QUICK_RETRIES - 1:
                     raise
@@ -307,12 +315,18 @@ class Agent:
         try:
             while True:
                 try:
-                    response = self._post_join(body)
+                    response = self._post_join(body, key)
                     backoff = 1.0
                 except ApiError as failed:
                     if failed.code == "PERMISSION_DENIED":
                         status.done()
                         return self._denied(classify_denial(failed.server_message))
+                    if failed.code == "UNAUTHENTICATED" and "Joinplane-Proof" in failed.server_message:
+                        status.done()
+                        raise CliError(
+                            f"The server refused this machine's proof of its key: {failed.server_message}",
+                            Exit.UNAUTHENTICATED,
+                        ) from None
                     if failed.code == "UNAUTHENTICATED":
                         status.done()
                         raise CliError(
@@ -548,14 +562,21 @@ def renew(options: RenewOptions) -> Exit:
             if not url:
                 raise CliError("no server URL: pass --url or set JOINPLANE_URL", Exit.USAGE)
             try:
-                key = MachineKey.generate() if options.rotate_key else MachineKey.load(stored_key.encode())
+                current = MachineKey.load(stored_key.encode())
             except ValueError as bad:
                 raise CliError(f"{directory / statedir.KEY}: {bad}", Exit.USAGE) from None
+            key = MachineKey.generate() if options.rotate_key else current
             known_id = _text(machine.get("machineId"))
             csr = key.csr(known_id)
             client = Client(url, timeout=options.timeout)
             try:
-                response = client.post("/machines/renew", {"machineToken": token, "csr": csr})
+                # Signed with the current key, also when rotating: the server checks the renewal comes
+                # from the key it knows, and the header then names that key.
+                response = client.post(
+                    "/machines/renew",
+                    {"machineToken": token, "csr": csr},
+                    proof=lambda raw: current.proof("renew", token, raw, send_key=options.rotate_key),
+                )
             except ApiError as failed:
                 if failed.code == "PERMISSION_DENIED":
                     raise CliError(f"Renewal refused: {failed.server_message}", Exit.DENIED) from None

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,14 +204,25 @@ class Client:
         self.api_key = api_key
         self.timeout = timeout
 
-    def post(self, path: str, body: dict[str, Any], *, bearer: str | None = None) -> Response:
-        """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable."""
+    def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        bearer: str | None = None,
+        proof: Callable[[bytes], str] | None = None,
+    ) -> Response:
+        """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable.
+        `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too)."""
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
         secret = bearer or self.api_key
         if secret:
             headers["Authorization"] = f"Bearer {secret}"
+        data = json.dumps(body).encode()
+        if proof is not None:
+            headers["Joinplane-Proof"] = proof(data)
         request = urllib.request.Request(  # noqa: S310 (the scheme is checked in __init__)
-            self.url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
+            self.url + path, data=data, headers=headers, method="POST"
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310

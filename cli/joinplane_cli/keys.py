@@ -3,7 +3,10 @@ the CSR's public key, so reusing the key on every retry is what keeps one join r
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +43,21 @@ class MachineKey:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         return hashlib.sha256(spki).hexdigest()
+
+    def proof(self, purpose: str, credential: str, body: bytes, *, send_key: bool = False) -> str:
+        """A `Joinplane-Proof` header for exactly this request (docs/join.md): fresh possession of
+        this key, bound to the credential sent (join token or machine token) and the body's bytes.
+        `send_key` names the key in the header, for a renewal whose CSR carries a new key."""
+        t, nonce = int(time.time()), secrets.token_hex(16)
+        message = (
+            f"joinplane-proof-v1\n{purpose}\n{t}\n{nonce}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
+            f"{hashlib.sha256(body).hexdigest()}\n"
+        ).encode()
+        signature = self.key.sign(message, ec.ECDSA(hashes.SHA256()))
+        header = f"t={t},n={nonce},sig={base64.b64encode(signature).decode()}"
+        if send_key:
+            header += f",key={base64.b64encode(_spki(self.key.public_key())).decode()}"
+        return header
 
     def csr(self, common_name: str) -> str:
         # The server ignores the subject (the certificate names the machine id); the hostname only

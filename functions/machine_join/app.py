@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from joinplane import join, join_wire
+from joinplane import join, join_wire, proof
 from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
 
@@ -17,12 +17,14 @@ def _body(request: HttpRequest) -> bytes:
 
 @routes.post("/machines/join")
 def join_machine(request: HttpRequest) -> tuple[int, dict[str, Any]]:
-    return join.join_machine(_body(request), request.headers.get("authorization", ""))
+    return join.join_machine(
+        _body(request), request.headers.get("authorization", ""), request.headers.get(proof.HEADER, "")
+    )
 
 
 @routes.post("/machines/renew")
 def renew(request: HttpRequest) -> tuple[int, dict[str, Any]]:
-    return join.renew(_body(request))
+    return join.renew(_body(request), request.headers.get(proof.HEADER, ""))
 
 
 lambda_handler = routes.handle

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from joinplane import aws
 from tests.e2e.conftest import Http, new_csr
+from tests.support import sign_proof
 
 CHAIN = [
     "security.join-request.created",
@@ -85,8 +87,11 @@ def test_an_approval_over_http_reaches_the_audit_trail(http: Http, pool: str, tm
         ),
         5,
     )
-    status, admitted = http.post("/machines/join", {"joinToken": token, "csr": csr})
-    assert status == 200
+    # The retry that consumes the approval proves it holds the key (as the agent does)
+    body = json.dumps({"joinToken": token, "csr": csr}).encode()
+    proof = sign_proof(tmp_path / "key.pem", purpose="join", credential=token, body=body)
+    status, admitted = http.post("/machines/join", None, raw=body, headers={"joinplane-proof": proof})
+    assert status == 200, admitted
     wait_for(lambda: len(audit_of(http, pool, request_id, admitted["machineId"])) == 4, 5)
     events = audit_of(http, pool, request_id, admitted["machineId"])
     assert [e["detailType"] for e in events] == CHAIN

@@ -109,5 +109,5 @@ def test_a_site_token_defers_until_a_pool_claims_the_request(make_token, machine
         ),
     )
     assert claimed["poolId"] == "gpu" and claimed["state"] == "approved"
-    admitted = join({"joinToken": token["token"], "csr": machine.csr})
+    admitted = join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key)
     assert admitted.status == 200 and admitted.body["poolName"] == "GPU pool"

@@ -73,7 +73,7 @@ def test_admit_returns_identity_certificate_and_bootstrap(
         check=True,
     ).stdout
     assert f"CN={body['machineId']}" in text.replace(" = ", "=")
-    assert f"URI:spiffe://acme/pool/gpu/machine/{body['machineId']}" in text
+    assert f"URI:spiffe://joinplane.internal/tenant/acme/pool/gpu/machine/{body['machineId']}" in text
     assert body["certificateExpiresAt"].endswith("Z")
     # And exactly one use of the token was taken; the machine token is stored only as a digest
     assert uses_left(token) == 1
@@ -141,7 +141,7 @@ def test_a_single_use_token_still_lets_the_approved_retry_through(
     )
     assert approved["state"] == "approved" and approved["decidedBy"] == admin.key_id
     # Then the machine's retry is admitted and consumes the approval
-    admitted = join({"joinToken": token["token"], "csr": machine.new_csr()})
+    admitted = join({"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key)
     assert admitted.status == 200, admitted.body
     request = store.get(f"JREQ#{deferred.body['joinRequest']['requestId']}", "JREQ")
     assert (
@@ -150,7 +150,7 @@ def test_a_single_use_token_still_lets_the_approved_retry_through(
         and request["machineId"] == admitted.body["machineId"]
     )
     # And a later join with the same key is a re-join of that machine, not a second admission
-    rejoin = join({"joinToken": token["token"], "csr": machine.new_csr()})
+    rejoin = join({"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key)
     assert rejoin.status == 200 and rejoin.body["machineId"] == admitted.body["machineId"]
 
 
@@ -181,16 +181,25 @@ def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
     # The first image sent is the baseline: sending it follows the pool's current image
     assert first.body["bootstrap"]["workerImage"] == "worker:2.0"
     # Re-join with the same key, the token now used up: same machine, new token
-    second = join({"joinToken": token["token"], "csr": machine.new_csr(), "workerImage": "worker:custom"})
+    second = join(
+        {"joinToken": token["token"], "csr": machine.new_csr(), "workerImage": "worker:custom"},
+        signed_by=machine.key,
+    )
     assert second.status == 200, second.body
     assert second.body["machineId"] == first.body["machineId"]
     assert second.body["machineToken"] != first.body["machineToken"]
     assert second.body["bootstrap"]["workerImage"] == "worker:custom"  # pinned: handed back as sent
     # The old machine token stops working; the new one renews the certificate
-    stale = join({"machineToken": first.body["machineToken"], "csr": machine.csr}, path="/machines/renew")
+    stale = join(
+        {"machineToken": first.body["machineToken"], "csr": machine.csr},
+        path="/machines/renew",
+        signed_by=machine.key,
+    )
     assert (stale.status, stale.body["code"]) == (401, 16)
     renewed = join(
-        {"machineToken": second.body["machineToken"], "csr": machine.new_csr()}, path="/machines/renew"
+        {"machineToken": second.body["machineToken"], "csr": machine.new_csr()},
+        path="/machines/renew",
+        signed_by=machine.key,
     )
     assert renewed.status == 200, renewed.body
     assert openssl_verify_ok(tmp_path, renewed.body)

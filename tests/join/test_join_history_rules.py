@@ -11,7 +11,7 @@ import pytest
 
 from joinplane import events, join_requests, store
 from tests.conftest import all_items
-from tests.support import call, join
+from tests.support import call, join, sign_proof
 
 
 @pytest.fixture
@@ -102,7 +102,10 @@ def test_hardware_ids_follow_the_machine_on_rejoin(make_token, machine_factory) 
     token = make_token(maxUses=5)
     machine = machine_factory()
     first = join({"joinToken": token["token"], "csr": machine.csr, "hardware": {"serialNumber": "SN-AAA111"}})
-    moved = join({"joinToken": token["token"], "csr": machine.csr, "hardware": {"serialNumber": "SN-BBB222"}})
+    moved = join(
+        {"joinToken": token["token"], "csr": machine.csr, "hardware": {"serialNumber": "SN-BBB222"}},
+        signed_by=machine.key,
+    )
     assert moved.status == 200 and moved.body["machineId"] == first.body["machineId"]
     clone = join(
         {"joinToken": token["token"], "csr": machine_factory().csr, "hardware": {"serialNumber": "SN-BBB222"}}
@@ -118,13 +121,23 @@ def test_a_key_retired_by_renewal_stays_banned(make_token, machine_factory, admi
     token = make_token(maxUses=5)
     old_key, new_key = machine_factory(), machine_factory()
     admitted = join({"joinToken": token["token"], "csr": old_key.csr}).body
-    renewed = join({"machineToken": admitted["machineToken"], "csr": new_key.csr}, path="/machines/renew")
-    assert renewed.status == 200
-    retired = join({"joinToken": token["token"], "csr": old_key.csr})
+    renewed = join(
+        {"machineToken": admitted["machineToken"], "csr": new_key.csr},
+        path="/machines/renew",
+        proof=sign_proof(
+            old_key.key,
+            purpose="renew",
+            credential=admitted["machineToken"],
+            body=json.dumps({"machineToken": admitted["machineToken"], "csr": new_key.csr}).encode(),
+            public_key=old_key.key,
+        ),
+    )
+    assert renewed.status == 200, renewed.body
+    retired = join({"joinToken": token["token"], "csr": old_key.csr}, signed_by=old_key.key)
     assert (retired.status, retired.body["code"]) == (403, 7)
     call("/api/compute/machines/revoke", {"tenantId": "acme", "machineId": admitted["machineId"]}, admin_key)
-    assert join({"joinToken": token["token"], "csr": old_key.csr}).status == 403
-    assert join({"joinToken": token["token"], "csr": new_key.csr}).status == 403
+    assert join({"joinToken": token["token"], "csr": old_key.csr}, signed_by=old_key.key).status == 403
+    assert join({"joinToken": token["token"], "csr": new_key.csr}, signed_by=new_key.key).status == 403
 
 
 def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(

@@ -66,7 +66,9 @@ def test_concurrent_retries_of_one_approval_admit_exactly_one(make_token, machin
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
     csrs = [machine.new_csr() for _ in range(12)]
     # When 12 retries arrive at once
-    replies = release_together(lambda i: join({"joinToken": token["token"], "csr": csrs[i]}), 12)
+    replies = release_together(
+        lambda i: join({"joinToken": token["token"], "csr": csrs[i]}, signed_by=machine.key), 12
+    )
     # Then exactly one is admitted; the others are told a concurrent join won (ABORTED, retryable)
     admitted = [r for r in replies if r.status == 200]
     assert len(admitted) == 1, [(r.status, r.body.get("message")) for r in replies]

@@ -36,6 +36,7 @@ class Facts:
     discovery_known: bool | None = None  # None: the policy is off, nothing was looked up
     ek_sha256: str = ""
     ek_listed: bool | None = None
+    key_bound: bool = True  # the join carries a CSR: its identity is a key
 
 
 def hardware_ids(facts: Facts) -> list[Vote]:
@@ -79,6 +80,19 @@ def tpm(policy: str, facts: Facts) -> list[Vote]:
     return []
 
 
+def identity(policy: str, facts: Facts) -> list[Vote]:
+    if policy == "key" and not facts.key_bound:
+        return [
+            Vote(
+                "identity",
+                DENY,
+                "key_required",
+                "this join token requires a key-bound identity: send a csr, not only a machineFingerprint",
+            )
+        ]
+    return []
+
+
 def token_policy(token: dict[str, Any]) -> list[Vote]:
     votes = []
     if token.get("poolId") is None:
@@ -101,6 +115,7 @@ def evaluate(request: JoinMachineRequest, token: dict[str, Any], facts: Facts) -
         *hardware_ids(facts),
         *discovery(attestation.get("discovery", "off"), facts),
         *tpm(attestation.get("tpm", "off"), facts),
+        *identity(attestation.get("identity", "any"), facts),
     ]
 
 

@@ -35,6 +35,7 @@ from joinplane import (
     join_wire,
     machines,
     pools,
+    proof,
     store,
     tokens,
 )
@@ -52,6 +53,11 @@ from joinplane.join_wire import JoinMachineRequest
 # One message for every token refusal: unknown, revoked, expired and used up look alike.
 REFUSED = "join token is not valid"
 RETRY_AFTER_SECONDS = 30
+# Told to the holder of another pool's token: the same words whether the key has a machine or a
+# request elsewhere, so the answer does not say where (or that) this key is known.
+ELSEWHERE = "this join token cannot be used for this key; join with a token of the key's own pool"
+# Identities without a key: `fp-` + SHA-256 of the machineFingerprint. Nothing to prove with.
+FINGERPRINT_PREFIX = "fp-"
 
 _pool_cache: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -92,6 +98,7 @@ class Attempt:
     identity: str
     csr: Any  # ca.Csr | None; typed loosely so this module does not import cryptography
     ek_sha256: str
+    key_proof: proof.VerifiedProof | None = None
 
     @property
     def tenant(self) -> str:
@@ -156,7 +163,7 @@ def _identity_of(request: JoinMachineRequest, csr: Any) -> str:
         return str(csr.public_key_sha256)
     if not request.machineFingerprint:
         raise InvalidArgument("csr or machineFingerprint is required to identify the machine")
-    return "fp-" + hashlib.sha256(request.machineFingerprint.encode()).hexdigest()
+    return FINGERPRINT_PREFIX + hashlib.sha256(request.machineFingerprint.encode()).hexdigest()
 
 
 def _hardware_claims(request: JoinMachineRequest) -> list[tuple[str, str]]:
@@ -213,6 +220,7 @@ def _facts(attempt: Attempt, site_id: str, held: tuple[tuple[str, str], ...] = (
         discovery_known=known,
         ek_sha256=attempt.ek_sha256,
         ek_listed=listed,
+        key_bound=attempt.csr is not None,
     )
 
 
@@ -226,8 +234,8 @@ def _worker_image(pool: dict[str, Any], baseline: str | None, sent: str) -> tupl
     return sent, baseline
 
 
-def _certificate(attempt: Attempt, pool: dict[str, Any], machine_id: str) -> dict[str, str]:
-    if attempt.csr is None:
+def _certificate(csr: Any, pool: dict[str, Any], machine_id: str) -> dict[str, str]:
+    if csr is None:
         return {"certificate": "", "caCertificates": "", "certificateExpiresAt": "", "serial": ""}
     from joinplane import ca
 
@@ -235,7 +243,7 @@ def _certificate(attempt: Attempt, pool: dict[str, Any], machine_id: str) -> dic
         tenant_id=pool["tenantId"],
         pool_id=pool["poolId"],
         machine_id=machine_id,
-        csr=attempt.csr,
+        csr=csr,
         lifetime_seconds=int(pool["certificateTtlSeconds"]),
     )
     return {
@@ -342,6 +350,26 @@ def _claims_taken_elsewhere(failed: dict[str, Any]) -> set[tuple[str, str]]:
     return {(k, v) for label in failed if label.startswith("claim:") for _, k, v in [label.split(":", 2)]}
 
 
+def _proof_used(attempt: Attempt) -> list[tuple[str, store.Write]]:
+    """A proof that came with this join is used up by the transaction that acts on it, whatever the
+    path: a proof captured from any join must not be worth a later one."""
+    return [("proof", attempt.key_proof.write())] if attempt.key_proof else []
+
+
+def _proof_required(attempt: Attempt) -> list[tuple[str, store.Write]]:
+    """Credentials for an identity that already exists need fresh possession of its key
+    (docs/join.md, "Proof of possession"). A fingerprint identity has no key to prove with: the
+    token setting `attestation.identity: key` is how a pool refuses those."""
+    if attempt.key_proof is None and not attempt.identity.startswith(FINGERPRINT_PREFIX):
+        raise Unauthenticated(proof.REQUIRED)
+    return _proof_used(attempt)
+
+
+def _refuse_replay(failed: dict[str, Any]) -> None:
+    if "proof" in failed:
+        raise Unauthenticated(proof.REPLAYED)
+
+
 # --- fresh joins -----------------------------------------------------------------------------
 
 
@@ -386,6 +414,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         ]
         if pool is not None:
             labelled.append(("pool", _pool_is_current(pool)))
+        labelled += _proof_used(attempt)
         if verdict == attestors.DEFER:
             ttl = int(pool["joinRequestTtlSeconds"]) if pool else pools.DEFAULT_JOIN_REQUEST_TTL
             request_item = join_requests.new_item(
@@ -412,7 +441,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             assert pool is not None  # a site token always defers
             machine_id = ids.new_id(machines.ID_PREFIX)
             secret = machines.mint_token(machine_id)
-            cert = _certificate(attempt, pool, machine_id)
+            cert = _certificate(attempt.csr, pool, machine_id)
             image, baseline = _worker_image(pool, None, attempt.request.workerImage)
             claims = _hardware_claims(attempt.request)
             record.update(machineId=machine_id, poolId=pool["poolId"])
@@ -439,6 +468,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             return outcome
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
+            _refuse_replay(failed)
             if "identity" in failed and failed["identity"] is not None:
                 raise _IdentityTaken(failed["identity"]) from None
             if "token" in failed:
@@ -461,7 +491,7 @@ def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None, what:
     """A retry or re-join must come through a token of the same site, and of the same pool when
     both name one: another pool's token cannot consume, peek at or re-join this machine's history."""
     if token["siteId"] != site_id or (token.get("poolId") and pool_id and token["poolId"] != pool_id):
-        raise FailedPrecondition(f"this {what} belongs to another pool; use a join token of its pool")
+        raise FailedPrecondition(ELSEWHERE)
 
 
 def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -480,6 +510,8 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
     _check_place(attempt.token, request_item["siteId"], request_item.get("poolId"), "machine's join request")
     state = join_requests.state_now(request_item)
     if state == "pending":
+        if attempt.key_proof is not None:
+            attempt.key_proof.use()  # else it could consume the approval that comes later
         return _deferred(request_item)
     if state == "approved":
         return _consume(attempt, record, request_item)
@@ -498,13 +530,16 @@ def _consume(
 ) -> tuple[int, dict[str, Any]]:
     """An approved request admits exactly one join: the request's state change, the machine and the
     identity's new version are one transaction; concurrent retries lose it and get ABORTED."""
+    proof_writes = _proof_required(attempt)
     pool = _pool(attempt.tenant, request_item["poolId"])
     machine_id = ids.new_id(machines.ID_PREFIX)
     secret = machines.mint_token(machine_id)
-    cert = _certificate(attempt, pool, machine_id)
-    image, baseline = _worker_image(pool, None, attempt.request.workerImage)
     claims = _hardware_claims(attempt.request)
     for _ in range(3):
+        # From the pool as read on this attempt: a pool changed since the cache was filled fails the
+        # pool check below and is read again, so no machine leaves with the old pool's settings.
+        cert = _certificate(attempt.csr, pool, machine_id)
+        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
         now = clock.rfc3339(clock.now())
         labelled: list[tuple[str, store.Write]] = [
             (
@@ -559,6 +594,7 @@ def _consume(
                 ),
             ),
             ("pool", _pool_is_current(pool)),
+            *proof_writes,
         ]
         labelled += [
             (f"claim:{k}:{v}", w)
@@ -569,6 +605,7 @@ def _consume(
             return _admitted(pool, machine_id, secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
+            _refuse_replay(failed)
             if "request" in failed:
                 current = store.get(*join_requests.request_key(request_item["requestId"]))
                 state = join_requests.state_now(current) if current else "expired"
@@ -594,19 +631,21 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
     token = attempt.token
     _check_place(token, machine["siteId"], machine["poolId"], "machine")
+    proof_writes = _proof_required(attempt)
     votes = attestors.evaluate(attempt.request, token, _facts(attempt, machine["siteId"]))
     denials = [v.message for v in votes if v.verdict == attestors.DENY]
     if denials:
         raise PermissionDenied("join denied: " + "; ".join(denials))
     pool = _pool(attempt.tenant, machine["poolId"])
     secret = machines.mint_token(machine["machineId"])
-    cert = _certificate(attempt, pool, machine["machineId"])
-    image, baseline = _worker_image(pool, machine.get("workerImageBaseline"), attempt.request.workerImage)
     # The hardware ids a machine holds follow what it reports now: new ones are claimed, ones it no
     # longer reports are released (so a clone of its new serial is noticed, its old one freed).
     held = [(str(k), str(v)) for k, v in machine.get("claims", [])]
     claims = _hardware_claims(attempt.request)
     for _ in range(3):
+        # From the pool as read on this attempt (see _consume): never the old pool's settings.
+        cert = _certificate(attempt.csr, pool, machine["machineId"])
+        image, baseline = _worker_image(pool, machine.get("workerImageBaseline"), attempt.request.workerImage)
         now = clock.rfc3339(clock.now())
         labelled: list[tuple[str, store.Write]] = [
             (
@@ -648,6 +687,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
                 ),
             ),
             ("pool", _pool_is_current(pool)),
+            *proof_writes,
         ]
         added = [c for c in claims if c not in held]
         labelled += [
@@ -673,6 +713,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             return _admitted(pool, machine["machineId"], secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
+            _refuse_replay(failed)
             if "machine" in failed:
                 current = store.get(*machines.machine_key(machine["machineId"]))
                 if current is None or current["state"] != "active":
@@ -721,6 +762,7 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
                 if machine is None or machine["state"] != "active":
                     raise PermissionDenied("this machine has been revoked")
                 _check_place(token, machine["siteId"], machine["poolId"], "machine")
+                _proof_required(attempt)
                 verdict, message = "admit", "re-join of this machine"
             else:
                 request_item = store.get(*join_requests.request_key(record["requestId"]))
@@ -729,22 +771,57 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
                         token, request_item["siteId"], request_item.get("poolId"), "machine's join request"
                     )
                 state = join_requests.state_now(request_item) if request_item else "expired"
+                if state == "approved":
+                    _proof_required(attempt)
                 verdict = {"pending": "defer", "approved": "admit"}.get(state, "deny")
                 message = f"join request {record['requestId']} is {state}"
-        except PermissionDenied as denied:
+        except (PermissionDenied, Unauthenticated) as denied:
             verdict, message = "deny", denied.message
     body = join_wire.join_response(ok=verdict == "admit", errMsg="" if verdict == "admit" else message)
     body.update(dryRun=True, verdict=verdict, reasons=[v.reason() for v in votes])
     return 200, body
 
 
-def join_machine(body: bytes, authorization: str) -> tuple[int, dict[str, Any]]:
+def _token_secret(request: JoinMachineRequest, authorization: str) -> str:
+    """The join token from the body or the Authorization header; both given must agree (a proxy
+    or client that adds one must not silently lose to the other)."""
+    from_header = bearer(authorization)
+    if request.joinToken and from_header and request.joinToken != from_header:
+        raise InvalidArgument("joinToken in the body and the Authorization bearer token differ; send one")
+    return request.joinToken or from_header
+
+
+def _verified_proof(header: str, purpose: str, credential: str, body: bytes, csr: Any) -> Any:
+    parsed = proof.parse(header)
+    if parsed is None:
+        return None
+    if csr is None:
+        raise InvalidArgument("a Joinplane-Proof needs a csr: the proof is made with the csr's key")
+    return proof.verify(
+        parsed,
+        purpose=purpose,
+        credential=credential,
+        body=body,
+        key=csr.public_key,
+        identity=csr.public_key_sha256,
+    )
+
+
+def join_machine(body: bytes, authorization: str, proof_header: str = "") -> tuple[int, dict[str, Any]]:
     from joinplane import ca
 
     request = join_wire.decode_join(body)
-    token = _load_token(request.joinToken or bearer(authorization))
+    secret = _token_secret(request, authorization)
+    token = _load_token(secret)
     csr = ca.parse_csr(request.csr) if request.csr else None
-    attempt = Attempt(request, token, _identity_of(request, csr), csr, _ek_sha256(request))
+    attempt = Attempt(
+        request,
+        token,
+        _identity_of(request, csr),
+        csr,
+        _ek_sha256(request),
+        _verified_proof(proof_header, "join", secret, body, csr),
+    )
     _hardware_claims(request)  # refuses malformed hardware ids before anything is decided
     _check_preflight(request)
     if request.dryRun:
@@ -763,78 +840,116 @@ def join_machine(body: bytes, authorization: str) -> tuple[int, dict[str, Any]]:
     return _known(attempt, record)
 
 
-def renew(body: bytes) -> tuple[int, dict[str, Any]]:
+def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
     """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
-    join identity moves with it, in the same transaction)."""
+    join identity moves with it, in the same transaction).
+
+    The body carries the machine token, so a captured renewal must not be worth a certificate for
+    another key: a machine whose identity is a key proves fresh possession of that key (the
+    current one, also when rotating: `key=` then names it), and each proof is used once."""
     from joinplane import ca
 
     machine_token, csr_pem = join_wire.decode_renew(body)
     machine = machines.authenticate(machine_token)
     csr = ca.parse_csr(csr_pem)
-    pool = _pool(machine["tenantId"], machine["poolId"])
-    cert = _certificate(
-        Attempt(JoinMachineRequest(), {"tenantId": machine["tenantId"]}, csr.public_key_sha256, csr, ""),
-        pool,
-        machine["machineId"],
-    )
-    writes = [
-        store.Write(
-            "Update",
-            *machines.machine_key(machine["machineId"]),
-            update="SET certificateSerial = :serial, certificateExpiresAt = :expires, #identity = :identity",
-            condition="#state = :active AND machineTokenSha256 = :digest",
-            names={"#state": "state", "#identity": "identity"},
-            values={
-                ":serial": cert["serial"],
-                ":expires": cert["certificateExpiresAt"],
-                ":identity": csr.public_key_sha256,
-                ":active": "active",
-                ":digest": machine["machineTokenSha256"],
-            },
+    key_proof = None
+    parsed = proof.parse(proof_header)
+    if parsed is not None:
+        key_proof = proof.verify(
+            parsed,
+            purpose="renew",
+            credential=machine_token,
+            body=body,
+            key=csr.public_key,
+            identity=machine["identity"],
         )
-    ]
-    if csr.public_key_sha256 != machine["identity"]:
-        old_pk, old_sk = machines.identity_key(machine["tenantId"], machine["identity"])
-        new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
-        now = clock.rfc3339(clock.now())
-        writes += [
-            # The old key's record stays, retired, so that key can never join again (a revoked
-            # machine's earlier key must stay banned too).
-            store.Write(
-                "Update",
-                old_pk,
-                old_sk,
-                update="SET retired = :yes, retiredAt = :now",
-                condition="machineId = :me",
-                values={":yes": True, ":now": now, ":me": machine["machineId"]},
+    elif not str(machine["identity"]).startswith(FINGERPRINT_PREFIX):
+        raise Unauthenticated(proof.REQUIRED)
+    pool = _pool(machine["tenantId"], machine["poolId"])
+    for _ in range(3):
+        cert = _certificate(csr, pool, machine["machineId"])
+        labelled: list[tuple[str, store.Write]] = [
+            (
+                "machine",
+                store.Write(
+                    "Update",
+                    *machines.machine_key(machine["machineId"]),
+                    update=(
+                        "SET certificateSerial = :serial, certificateExpiresAt = :expires, "
+                        "#identity = :identity"
+                    ),
+                    condition="#state = :active AND machineTokenSha256 = :digest",
+                    names={"#state": "state", "#identity": "identity"},
+                    values={
+                        ":serial": cert["serial"],
+                        ":expires": cert["certificateExpiresAt"],
+                        ":identity": csr.public_key_sha256,
+                        ":active": "active",
+                        ":digest": machine["machineTokenSha256"],
+                    },
+                ),
             ),
-            store.Write(
-                "Put",
-                item={
-                    "pk": new_pk,
-                    "sk": new_sk,
-                    "tenantId": machine["tenantId"],
-                    "identity": csr.public_key_sha256,
-                    "tokenId": machine["tokenId"],
-                    "siteId": machine["siteId"],
-                    "poolId": machine["poolId"],
-                    "machineId": machine["machineId"],
-                    "version": 1,
-                    "createdAt": now,
-                    "updatedAt": now,
-                },
-                condition="attribute_not_exists(pk)",
-            ),
+            # The certificate's lifetime comes from the pool: the pool as read, or read again.
+            ("pool", _pool_is_current(pool)),
         ]
-    try:
-        store.transact(writes)
-    except store.TransactionCanceled as cancelled:
-        if cancelled.reasons and cancelled.reasons[0] == "ConditionalCheckFailed":
-            raise PermissionDenied("this machine has been revoked or its token replaced") from None
-        raise FailedPrecondition("this key already belongs to another machine identity") from None
-    return 200, {
-        "machineId": machine["machineId"],
-        "certificate": cert["certificate"],
-        "caCertificates": cert["caCertificates"],
-        "certificateExpiresAt": cert["certificateExpiresAt"],
-    }
+        if key_proof is not None:
+            labelled.append(("proof", key_proof.write()))
+        if csr.public_key_sha256 != machine["identity"]:
+            old_pk, old_sk = machines.identity_key(machine["tenantId"], machine["identity"])
+            new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
+            now = clock.rfc3339(clock.now())
+            labelled += [
+                # The old key's record stays, retired, so that key can never join again (a revoked
+                # machine's earlier key must stay banned too).
+                (
+                    "retire",
+                    store.Write(
+                        "Update",
+                        old_pk,
+                        old_sk,
+                        update="SET retired = :yes, retiredAt = :now",
+                        condition="machineId = :me",
+                        values={":yes": True, ":now": now, ":me": machine["machineId"]},
+                    ),
+                ),
+                (
+                    "identity",
+                    store.Write(
+                        "Put",
+                        item={
+                            "pk": new_pk,
+                            "sk": new_sk,
+                            "tenantId": machine["tenantId"],
+                            "identity": csr.public_key_sha256,
+                            "tokenId": machine["tokenId"],
+                            "siteId": machine["siteId"],
+                            "poolId": machine["poolId"],
+                            "machineId": machine["machineId"],
+                            "version": 1,
+                            "createdAt": now,
+                            "updatedAt": now,
+                        },
+                        condition="attribute_not_exists(pk)",
+                    ),
+                ),
+            ]
+        try:
+            store.transact([w for _, w in labelled])
+        except store.TransactionCanceled as cancelled:
+            failed = _failed(labelled, cancelled)
+            _refuse_replay(failed)
+            if "machine" in failed or "retire" in failed:
+                raise PermissionDenied("this machine has been revoked or its token replaced") from None
+            if "identity" in failed:
+                raise FailedPrecondition("this key already belongs to another machine identity") from None
+            if "pool" in failed:
+                pool = _pool(machine["tenantId"], machine["poolId"], fresh=True)
+                continue
+            raise Unavailable("the renewal could not be recorded, retry") from None
+        return 200, {
+            "machineId": machine["machineId"],
+            "certificate": cert["certificate"],
+            "caCertificates": cert["caCertificates"],
+            "certificateExpiresAt": cert["certificateExpiresAt"],
+        }
+    raise Aborted("the pool changed while renewing; retry")
