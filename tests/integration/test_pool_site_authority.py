@@ -152,3 +152,45 @@ def test_a_pool_cannot_be_moved_to_another_site(admin_key: str, site_requests: l
     assert listed.body == {"requests": []}
     # Anything that ever adds a move must authorize the new site (pools.authorize_placement) first
     assert "siteId" not in pools.UpdatePool.model_fields
+
+
+def test_an_archived_pool_is_no_longer_a_window_onto_its_sites_queue(
+    admin_key: str, site_requests: list[str], tmp_path: Path
+) -> None:
+    # Given pool old in s1 with one deferred request of its own, and a key with every compute
+    # permission on old, which sees s1's unclaimed requests while old is active
+    assert call("/api/compute/pools/create", pool_body("old", "s1"), admin_key).status == 200
+    token = call(
+        "/api/compute/joinTokens/create",
+        {"tenantId": "acme", "poolId": "old", "requireApproval": True},
+        admin_key,
+    ).body["token"]
+    own = join({"joinToken": token, "csr": openssl_csr(tmp_path / "own")}).body["joinRequest"]["requestId"]
+    holder = make_key(admin_key, "compute:*@compute-pool/old")
+    listing = {"tenantId": "acme", "poolId": "old", "state": "all"}
+    listed = call("/api/compute/joinRequests/list", listing, holder).body["requests"]
+    assert sorted(r["requestId"] for r in listed) == sorted([own, *site_requests])
+
+    # When the pool is archived
+    assert call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "old"}, admin_key).status == 200
+    before = table_state()
+
+    # Then its key sees only the pool's own request, in every state listing
+    for state in ("all", "pending", "expired"):
+        listed = call("/api/compute/joinRequests/list", {**listing, "state": state}, holder)
+        assert listed.status == 200
+        assert [r["requestId"] for r in listed.body["requests"]] == ([own] if state != "expired" else [])
+    # And the site's unclaimed requests cannot be decided through it: NOT_FOUND, nothing written
+    for verb in ("approve", "reject"):
+        for request_id in site_requests:
+            body = {"tenantId": "acme", "poolId": "old", "requestId": request_id}
+            reply = call(f"/api/compute/joinRequests/{verb}", body, holder)
+            assert (reply.status, reply.code) == (404, "NOT_FOUND"), (verb, reply.body)
+    assert table_state() == before
+    # While its own request can still be rejected (cleaning up), and an active pool still sees the site's
+    own_reply = call(
+        "/api/compute/joinRequests/reject", {"tenantId": "acme", "poolId": "old", "requestId": own}, holder
+    )
+    assert (own_reply.status, own_reply.body["state"]) == (200, "rejected")
+    active = call("/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
+    assert sorted(r["requestId"] for r in active.body["requests"]) == sorted(site_requests)

@@ -142,12 +142,22 @@ class ApproveJoinRequest(DecideJoinRequest):
     ttlSeconds: int = Field(default=3600, ge=60, le=86_400)
 
 
+def _acts_for_site(pool: dict[str, Any]) -> bool:
+    """Does the pool see and decide its site's unclaimed requests? Only while it is active: an
+    archived pool takes no joins and can claim nothing, so it is no longer a window onto its site's
+    queue (its own requests stay visible to it)."""
+    return bool(pool["state"] == "active")
+
+
 def _visible(pool: dict[str, Any], request_id: str) -> dict[str, Any]:
-    """A request the pool can decide: its own, or an unclaimed one of its site; else NOT_FOUND."""
+    """A request the pool can decide: its own, or (while active) an unclaimed one of its site;
+    else NOT_FOUND."""
     item = store.get(*request_key(request_id))
     if item is None or item["tenantId"] != pool["tenantId"]:
         raise NotFound("join request not found")
     if item.get("poolId") not in (None, pool["poolId"]) or item["siteId"] != pool["siteId"]:
+        raise NotFound("join request not found")
+    if item.get("poolId") is None and not _acts_for_site(pool):
         raise NotFound("join request not found")
     return item
 
@@ -301,9 +311,10 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, 
     the same however many requests other pools and other states hold. Stored `pending` and
     `approved` partitions are filtered on read (a request past its expiry reads `expired`)."""
     pool = pools.load(principal, request.tenantId, request.poolId, READ)
+    owners = (pool["poolId"], None) if _acts_for_site(pool) else (pool["poolId"],)
     open_partitions = [
         list_partition(pool["tenantId"], pool["siteId"], pool_id, state)
-        for pool_id in (pool["poolId"], None)
+        for pool_id in owners
         for state in _SOURCES[request.state]
     ]
     cursor = request.cursor
