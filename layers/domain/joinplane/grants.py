@@ -49,7 +49,10 @@ class Grant:
 @dataclass(frozen=True)
 class Resource:
     """What a request acts on. A pool has a site; a site-level resource has no pool; a
-    tenant-level resource (API keys, the pool list) has neither."""
+    tenant-level resource (API keys, the pool list) has neither. A site-level resource is reached
+    by `site/<siteId>`, `tenant` and `platform` grants only: no `compute-pool/...` grant ever
+    reaches a site, which is why a pool-scoped key cannot place a pool in one
+    (`pools.authorize_placement`)."""
 
     tenant_id: str
     site_id: str | None = None
