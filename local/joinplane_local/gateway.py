@@ -13,10 +13,12 @@ Lambda's own 6 MB invocation payload limit (API Gateway's 10 MB request limit is
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -37,6 +39,22 @@ from .template import Template, referenced_logical_id
 
 # API Gateway's request payload quota for HTTP APIs.
 MAX_BODY_BYTES = 10 * 1024 * 1024
+# Request framing (RFC 9112 §6-7), read strictly: a request whose body cannot be delimited
+# exactly is refused and its connection closed, because whatever follows on the connection can
+# no longer be told apart from the body (request smuggling).
+_DIGITS = re.compile(rb"[0-9]+")
+# chunk-size [ chunk-ext ] CRLF: hex digits only (no sign, no 0x, no underscores), extensions
+# ignored, CRLF required.
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]+)[ \t]*(?:;[^\r\n]*)?\r\n")
+# A chunk-size line, extensions included, and the whole trailer section are bounded; neither
+# counts towards the body, and neither is buffered past its bound.
+MAX_CHUNK_LINE_BYTES = 4096
+MAX_TRAILER_BYTES = 16 * 1024
+# A connection that sends nothing for this long is closed; a body stalled mid-way gets a 408.
+READ_TIMEOUT_SECONDS = 30.0
+# After refusing a request mid-body, the rest of what the client sends is read and thrown away
+# for up to this long, so that it reads the answer instead of a connection reset.
+_LINGER_SECONDS = 2.0
 IMPLICIT_API = "ServerlessHttpApi"
 # Route selection order (most specific first), after which a specific method beats ANY.
 _EXACT, _PARAMS, _GREEDY, _DEFAULT = range(4)
@@ -246,6 +264,7 @@ class Gateway:
         port: int = 0,
         api_id: str = "1234567890",
         log: TextIO | None = None,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
     ) -> None:
         self.template = template
         self.functions = functions
@@ -254,6 +273,8 @@ class Gateway:
         self.port = port
         self.api_id = api_id
         self.log = log or sys.stderr
+        # Seconds a connection may send nothing (read when a connection opens).
+        self.read_timeout = read_timeout
         self._local: list[tuple[str, re.Pattern[str], LocalHandler]] = []
         self._cache: dict[tuple[str, tuple[str, ...]], tuple[float, Any]] = {}
         self._cache_lock = threading.Lock()
@@ -270,16 +291,38 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return f"http://{self.host}:{self.port_number}"
 
+    def bind(self) -> str:
+        """Take the port, so the URL is known, without accepting connections yet: until
+        `start()`, a client's connect is refused (it can retry) rather than served by a system
+        that is not ready (and whose refusals the authorizer cache would keep)."""
+        if self._server is None:
+            server = _Server((self.host, self.port), _handler_class(self), bind_and_activate=False)
+            server.log = self.log
+            try:
+                server.server_bind()
+            except BaseException:
+                server.server_close()
+                raise
+            self._server = server
+        return self.url
+
     def start(self) -> str:
-        server = _Server((self.host, self.port), _handler_class(self))
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="joinplane-gateway", daemon=True)
-        self._thread.start()
+        """Listen and serve (binding first if `bind()` was not called)."""
+        self.bind()
+        server = self._server
+        assert server is not None
+        if self._thread is None:
+            server.server_activate()
+            self._thread = threading.Thread(
+                target=server.serve_forever, name="joinplane-gateway", daemon=True
+            )
+            self._thread.start()
         return self.url
 
     def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.shutdown()  # waits for serve_forever, so only once it runs
         if self._server is not None:
-            self._server.shutdown()
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -527,55 +570,158 @@ class _Server(ThreadingHTTPServer):
     # Idle keep-alive connections must not hold up shutdown.
     block_on_close = False
     allow_reuse_address = True
+    log: TextIO = sys.stderr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that goes away mid-request is not an error of ours; anything else is a bug
+        # worth its traceback, in the runtime's log rather than on bare stderr.
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        print(f"[ERROR] serving a request from {client_address[0]}:", file=self.log)
+        traceback.print_exc(file=self.log)
 
 
-class _TooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """The request cannot be read: answer this and close the connection."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+def _bad_request() -> _Refused:
+    return _Refused(_message(400, "Bad Request"))
+
+
+def _too_large() -> _Refused:
+    return _Refused(_message(413, "Request Entity Too Large"))
+
+
+@dataclass(frozen=True)
+class _Framing:
+    chunked: bool
+    length: int = 0
+
+
+def request_framing(content_length: list[str], transfer_encoding: list[str], cap: int) -> _Framing:
+    """How the body is delimited, from every Content-Length and Transfer-Encoding header value.
+
+    Raises `_Refused`: 400 for framing that is malformed or ambiguous (both headers, a length
+    that is not digits, lengths that disagree, chunked not the last coding), 501 for a transfer
+    coding other than chunked, 413 for a declared length over `cap`.
+    """
+    if transfer_encoding:
+        if content_length:
+            # RFC 9112 §6.3 lets a server reject this rather than guess; a proxy that guessed
+            # the other way is how requests get smuggled.
+            raise _bad_request()
+        codings = [c.strip().lower() for value in transfer_encoding for c in value.split(",")]
+        if codings == ["chunked"]:
+            return _Framing(chunked=True)
+        if codings[-1] != "chunked":
+            raise _bad_request()  # the body's end cannot be found
+        raise _Refused(_message(501, "Not Implemented"))
+    if not content_length:
+        return _Framing(chunked=False)
+    values = {v.strip() for value in content_length for v in value.split(",")}
+    if not all(_DIGITS.fullmatch(v.encode()) for v in values):
+        raise _bad_request()  # a sign, spaces, underscores, other digits than 0-9, or nothing
+    lengths = {v.lstrip("0") or "0" for v in values}
+    if len(lengths) != 1:
+        raise _bad_request()
+    (digits,) = lengths
+    # Compared as digit strings first: int() refuses strings of more than 4300 digits.
+    if len(digits) > len(str(cap)) or int(digits) > cap:
+        raise _too_large()
+    return _Framing(chunked=False, length=int(digits))
+
+
+def _read_exactly(rfile: io.BufferedIOBase, size: int) -> bytes:
+    data = rfile.read(size)
+    if len(data) != size:
+        raise _bad_request()  # the client ended the body early
+    return data
+
+
+def read_chunked(rfile: io.BufferedIOBase, cap: int) -> bytes:
+    """A chunked body of at most `cap` bytes, read strictly; raises `_Refused`."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        line = rfile.readline(MAX_CHUNK_LINE_BYTES + 1)
+        found = _CHUNK_SIZE.fullmatch(line)
+        if found is None:
+            raise _bad_request()  # not hex, too long, a bare LF, or the connection ended
+        digits = found[1].lstrip(b"0") or b"0"
+        # Refused before any of the chunk is read; int() of a short hex string is cheap.
+        if len(digits) > 16 or total + int(digits, 16) > cap:
+            raise _too_large()
+        size = int(digits, 16)
+        if size == 0:
+            break
+        chunks.append(_read_exactly(rfile, size))
+        total += size
+        if _read_exactly(rfile, 2) != b"\r\n":
+            raise _bad_request()
+    budget = MAX_TRAILER_BYTES
+    while True:  # trailer fields: bounded, read and dropped
+        line = rfile.readline(budget + 1)
+        budget -= len(line)
+        if line == b"\r\n":
+            return b"".join(chunks)
+        if budget < 0 or not line.endswith(b"\r\n") or b":" not in line or line[:1] in b" \t":
+            raise _bad_request()
 
 
 def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        _linger = False
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.settimeout(gateway.read_timeout)
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            finally:
+                if self._linger:
+                    _drain(self.connection)
+
+        def _framing(self) -> _Framing:
+            return request_framing(
+                self.headers.get_all("Content-Length") or [],
+                self.headers.get_all("Transfer-Encoding") or [],
+                MAX_BODY_BYTES,
+            )
 
         def handle_expect_100(self) -> bool:
-            # Refuse an oversized body before the client sends it.
-            if self._declared_length() > MAX_BODY_BYTES:
-                self._reply(_message(413, "Request Entity Too Large"), time.monotonic(), close=True)
+            # Refuse an oversized or malformed body before the client sends it.
+            try:
+                self._framing()
+            except _Refused as refused:
+                self._reply(refused.response, time.monotonic(), close=True)
                 return False
             return super().handle_expect_100()
 
-        def _declared_length(self) -> int:
-            try:
-                return int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                return 0
-
         def _read_body(self) -> bytes:
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                chunks: list[bytes] = []
-                total = 0
-                while True:
-                    size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass
-                        return b"".join(chunks)
-                    total += size
-                    if total > MAX_BODY_BYTES:
-                        raise _TooLarge
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-            length = self._declared_length()
-            if length > MAX_BODY_BYTES:
-                raise _TooLarge
-            return self.rfile.read(length) if length > 0 else b""
+            framing = self._framing()
+            if framing.chunked:
+                return read_chunked(self.rfile, MAX_BODY_BYTES)
+            return _read_exactly(self.rfile, framing.length) if framing.length else b""
 
         def _serve(self) -> None:
             started = time.monotonic()
             try:
                 body = self._read_body()
-            except _TooLarge:
-                self._reply(_message(413, "Request Entity Too Large"), started, close=True)
+            except _Refused as refused:
+                self._linger = True
+                self._reply(refused.response, started, close=True)
+                return
+            except TimeoutError:
+                self._linger = True
+                self._reply(_message(408, "Request Timeout"), started, close=True)
                 return
             path, _, query = self.path.partition("?")
             request = Request(
@@ -624,3 +770,16 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             self._reply(_message(code, phrase), time.monotonic(), close=True)
 
     return Handler
+
+
+def _drain(connection: socket.socket) -> None:
+    """Close our side, then read and drop what the client still sends, for a bounded time."""
+    deadline = time.monotonic() + _LINGER_SECONDS
+    try:
+        connection.shutdown(socket.SHUT_WR)
+        while (remaining := deadline - time.monotonic()) > 0:
+            connection.settimeout(remaining)
+            if not connection.recv(65536):
+                return
+    except OSError:  # reset, timed out, already closed: nothing more to do
+        pass
