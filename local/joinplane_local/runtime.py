@@ -290,8 +290,12 @@ def start_runtime(
             worker_set.start()  # before seeding: the stream consumers see the seed's writes
         gateway = Gateway(template, functions, host=host, port=port, log=out)
         worker_set.register_routes(gateway)
-        url = gateway.start()  # before seeding: the dev pool's bootstrap names the real URL
+        # The port is taken before seeding (the dev pool's bootstrap names the real URL), and
+        # connections are accepted only after: the first request finds the dev admin key, and a
+        # refusal can never sit in the authorizer cache for ReauthorizeEvery seconds.
+        url = gateway.bind()
         admin_key, dev = _seed(out, url) if seed else (None, None)
+        gateway.start()
     except BaseException:
         _shutdown(gateway, worker_set, emulator, functions, environment)
         raise
