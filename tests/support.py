@@ -153,11 +153,15 @@ def sign_proof(
         check=True,
         text=True,
     ).stdout
+    signed = key_path.with_name(f"proof-{nonce}.txt")
+    signed.write_bytes(message)
     if "ED25519" in key_type.upper().split("\n", 1)[0]:
-        command = ["openssl", "pkeyutl", "-sign", "-inkey", str(key_path), "-rawin"]
+        # openssl 3.0 signs Ed25519 only from a file ("oneshot"), never from stdin
+        command = ["openssl", "pkeyutl", "-sign", "-inkey", str(key_path), "-rawin", "-in", str(signed)]
     else:
-        command = ["openssl", "dgst", "-sha256", "-sign", str(key_path)]
-    signature = subprocess.run(command, input=message, capture_output=True, check=True).stdout
+        command = ["openssl", "dgst", "-sha256", "-sign", str(key_path), str(signed)]
+    signature = subprocess.run(command, capture_output=True, check=True).stdout
+    signed.unlink()
     header = f"t={t},n={nonce},sig={base64.b64encode(signature).decode()}"
     if public_key is not None:
         spki = subprocess.run(

@@ -218,6 +218,7 @@ def tokens_create(
     discovery: str | None,
     tpm: str | None,
     description: str | None,
+    identity: str | None = None,
 ) -> Exit:
     body = _target(pool, site)
     if ttl is not None:
@@ -226,7 +227,7 @@ def tokens_create(
         body["maxUses"] = max_uses
     if require_approval:
         body["requireApproval"] = True
-    attestation = {k: v for k, v in (("discovery", discovery), ("tpm", tpm)) if v}
+    attestation = {k: v for k, v in (("discovery", discovery), ("tpm", tpm), ("identity", identity)) if v}
     if attestation:
         body["attestation"] = attestation
     if description:

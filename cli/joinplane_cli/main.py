@@ -179,6 +179,7 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.discovery,
         args.tpm,
         args.description,
+        args.identity,
     )
 
 
@@ -299,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--require-approval", action="store_true", help="every join waits for an operator")
     create.add_argument("--discovery", choices=("off", "defer-unknown"))
     create.add_argument("--tpm", choices=("off", "defer-unlisted", "require"))
+    create.add_argument(
+        "--identity",
+        choices=("any", "key"),
+        help="key: refuse fingerprint-only joins (every machine must send a CSR)",
+    )
     create.add_argument("--description")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list join tokens")
     listing.add_argument("--site", help="a site's tokens instead of --pool's")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import events, join_requests, store
+from joinplane import events, join_requests, store, tokens
 from tests.conftest import all_items
 from tests.support import call, join, sign_proof
 
@@ -210,3 +210,35 @@ def test_odd_json_is_invalid_argument_and_writes_nothing(case: str, make_token, 
     reply = join(None, raw=body)
     assert (reply.status, reply.body["code"]) == (400, 3), reply.body
     assert all_items() == before
+
+
+def test_another_pools_token_is_not_told_where_the_key_belongs(
+    make_token, machine_factory, admin_key, other_pool
+) -> None:
+    # Given one key with a machine in pool gpu and another with a request there
+    joined, waiting = machine_factory(), machine_factory()
+    assert join({"joinToken": make_token()["token"], "csr": joined.csr}).status == 200
+    join({"joinToken": make_token(requireApproval=True)["token"], "csr": waiting.csr})
+    # When the holder of another pool's token presents either key
+    replies = [join({"joinToken": other_pool, "csr": m.csr}) for m in (joined, waiting)]
+    # Then both get the same code 9 and the same words, which name neither a machine nor a request
+    assert [(r.status, r.body["code"]) for r in replies] == [(400, 9), (400, 9)]
+    assert replies[0].body["message"] == replies[1].body["message"]
+    assert not {"machine", "request", "mach_", "jreq_"} & set(
+        replies[0].body["message"].replace(",", " ").split()
+    )
+
+
+def test_a_body_token_and_a_bearer_token_that_differ_are_refused(make_token, machine_factory) -> None:
+    # Given two valid tokens of the pool
+    first, second = make_token(), make_token()
+    # When a join names one in the body and the other in the Authorization header
+    reply = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=second["token"])
+    # Then it is a clear 400, and neither token lost a use
+    assert (reply.status, reply.body["code"]) == (400, 3) and "differ" in reply.body["message"]
+    for token in (first, second):
+        item = store.get(*tokens.token_key(token["tokenId"]))
+        assert item is not None and item["usesRemaining"] == 1
+    # And the same token in both places is fine
+    same = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=first["token"])
+    assert same.status == 200

@@ -1,0 +1,333 @@
+"""Issue 9.1: credentials for an identity that already exists need a fresh, single-use proof of
+possession of its key (docs/join.md, "Proof of possession"). The first join of a new key keeps
+seed 002's shape; a fingerprint-only join keeps working unless its token requires a key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from joinplane import clock, keyauth, store
+from joinplane.join_requests import ApproveJoinRequest, approve
+from tests.conftest import all_items
+from tests.support import call, join, release_together, sign_proof
+
+
+def rejoin_body(token: dict[str, Any], machine: Any) -> dict[str, Any]:
+    return {"joinToken": token["token"], "csr": machine.csr, "hostname": "gpu-01"}
+
+
+def signed(machine: Any, credential: str, body: dict[str, Any], **options: Any) -> tuple[bytes, str]:
+    raw = json.dumps(body).encode()
+    return raw, sign_proof(machine.key, purpose="join", credential=credential, body=raw, **options)
+
+
+def machine_record(machine_id: str) -> dict[str, Any]:
+    item = store.get(f"MACHINE#{machine_id}", "MACHINE")
+    assert item is not None
+    return item
+
+
+# --- the first join and the re-join -----------------------------------------------------------
+
+
+def test_a_first_join_needs_no_proof_and_a_rejoin_without_one_gets_nothing(
+    make_token, machine_factory
+) -> None:
+    # Given a machine admitted with a plain CSR (seed 002's shape plus csr: no proof)
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    first = join(rejoin_body(token, machine))
+    assert first.status == 200
+    before = machine_record(first.body["machineId"])
+    # When the same body is replayed, as it was and with the pool's other token
+    other = make_token(maxUses=5)
+    replays = [join(rejoin_body(token, machine)), join(rejoin_body(other, machine))]
+    # Then neither gets a machine token or a certificate, and the machine is untouched
+    for reply in replays:
+        assert (reply.status, reply.body["code"]) == (401, 16), reply.body
+        assert "proof" in reply.body["message"] and "machineToken" not in reply.body
+    assert machine_record(first.body["machineId"]) == before
+
+
+def test_a_rejoin_with_a_fresh_proof_rotates_the_token(make_token, machine_factory) -> None:
+    token = make_token(maxUses=1)
+    machine = machine_factory()
+    first = join(rejoin_body(token, machine))
+    # When the machine proves its key (the token is used up: its own re-joins still pass)
+    again = join(rejoin_body(token, machine), signed_by=machine.key)
+    # Then it is the same machine with a new machine token
+    assert again.status == 200, again.body
+    assert again.body["machineId"] == first.body["machineId"]
+    assert again.body["machineToken"] != first.body["machineToken"]
+
+
+@pytest.mark.parametrize("kind", ["p384", "ed25519", "rsa2048"])
+def test_every_allowed_key_type_can_prove(make_token, machine_factory, kind: str) -> None:
+    token = make_token(maxUses=2)
+    machine = machine_factory(kind)
+    assert join(rejoin_body(token, machine)).status == 200
+    again = join(rejoin_body(token, machine), signed_by=machine.key)
+    assert again.status == 200, again.body
+
+
+def test_a_captured_proof_is_worth_nothing_again(make_token, machine_factory) -> None:
+    # Given a re-join the attacker captured whole (body and proof header)
+    token, other = make_token(maxUses=5), make_token(maxUses=5)
+    machine = machine_factory()
+    first = join(rejoin_body(token, machine)).body
+    raw, proof = signed(machine, token["token"], rejoin_body(token, machine))
+    assert join(None, raw=raw, proof=proof).status == 200
+    owner = machine_record(first["machineId"])
+    # When it is replayed within the window: as it was, with another token, with another body
+    as_is = join(None, raw=raw, proof=proof)
+    other_token = join(None, raw=json.dumps(rejoin_body(other, machine)).encode(), proof=proof)
+    bearer = join({"csr": machine.csr, "hostname": "gpu-01"}, bearer=other["token"], proof=proof)
+    other_body = join(None, raw=raw.replace(b"gpu-01", b"gpu-02"), proof=proof)
+    # Then the first is a replay, the others do not verify; none carries credentials
+    assert (as_is.status, as_is.body["message"]) == (
+        401,
+        "this Joinplane-Proof was already used; sign a new one",
+    )
+    for reply in (other_token, bearer, other_body):
+        assert (reply.status, reply.body["code"]) == (401, 16), reply.body
+        assert "does not verify" in reply.body["message"]
+    # And after the window the same capture is refused for its age
+    clock.advance(301)
+    late = join(None, raw=raw, proof=proof)
+    assert (late.status, late.body["code"]) == (401, 16) and "too old" in late.body["message"]
+    assert machine_record(first["machineId"]) == owner
+
+
+def test_the_window_is_five_minutes_back_and_one_ahead(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    join(rejoin_body(token, machine))
+    now = int(clock.epoch())
+    for t, status in ((now - 301, 401), (now + 61, 401), (now - 299, 200), (now + 59, 200)):
+        raw, proof = signed(machine, token["token"], rejoin_body(token, machine), timestamp=t)
+        assert join(None, raw=raw, proof=proof).status == status, t
+
+
+def test_a_proof_made_with_another_key_does_not_verify(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    machine, thief = machine_factory(), machine_factory()
+    join(rejoin_body(token, machine))
+    # Signed by the thief's key, body and token right
+    refused = join(rejoin_body(token, machine), signed_by=thief.key)
+    assert (refused.status, refused.body["code"]) == (401, 16)
+    # Naming the thief's key in the header does not help: the signer must be the identity
+    raw, proof = signed(thief, token["token"], rejoin_body(token, machine), public_key=thief.key)
+    named = join(None, raw=raw, proof=proof)
+    assert (named.status, named.body["message"]) == (
+        401,
+        "the Joinplane-Proof must be signed with the machine's current key",
+    )
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "garbage",
+        "t=1,sig=AAAA",  # no nonce
+        "t=abc,n=0123456789abcdef,sig=AAAA",
+        "t=1,n=short,sig=AAAA",
+        "t=1,n=0123456789abcdef,sig=not*base64",
+        "t=1,n=0123456789abcdef,sig=AAAA,sig=AAAA",
+        "t=1,n=0123456789abcdef,sig=AAAA,key=AAAA",  # a key that is no SubjectPublicKeyInfo
+        "t=1,n=0123456789abcdef,sig=" + "A" * 5000,
+    ],
+)
+def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
+    make_token, machine_factory, header: str
+) -> None:
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    join(rejoin_body(token, machine))
+    before = all_items()
+    now = str(int(clock.epoch()))
+    reply = join(rejoin_body(token, machine), proof=header.replace("t=1,", f"t={now},"))
+    if header.endswith("key=AAAA"):
+        assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+    else:
+        assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+        assert "Joinplane-Proof" in reply.body["message"]
+    assert all_items() == before
+
+
+def test_a_proof_on_a_fingerprint_join_is_refused(make_token, machine_factory) -> None:
+    token = make_token()
+    machine = machine_factory()
+    raw, proof = signed(machine, token["token"], {"joinToken": token["token"], "machineFingerprint": "fp-1"})
+    reply = join(None, raw=raw, proof=proof)
+    assert (reply.status, reply.body["code"]) == (400, 3) and "needs a csr" in reply.body["message"]
+
+
+def test_concurrent_replays_of_one_proof_admit_exactly_one(make_token, machine_factory) -> None:
+    # Given one valid re-join proof, sent 12 times at once
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    join(rejoin_body(token, machine))
+    raw, proof = signed(machine, token["token"], rejoin_body(token, machine))
+    replies = release_together(lambda i: join(None, raw=raw, proof=proof), 12)
+    # Then exactly one gets a machine token; every other is refused (a replay, or a lost race)
+    admitted = [r for r in replies if r.status == 200]
+    assert len(admitted) == 1, [(r.status, r.body.get("message")) for r in replies]
+    assert all(r.status in (401, 409) for r in replies if r.status != 200)
+
+
+def naive_use(digest: str) -> bool:
+    """A replay cache that reads, then writes: two callers can both read "unused"."""
+    if store.get(f"PROOF#{digest}", "PROOF") is not None:
+        return False
+    store.put({"pk": f"PROOF#{digest}", "sk": "PROOF"})
+    return True
+
+
+def test_a_read_then_write_replay_cache_lets_a_proof_through_twice(table: str) -> None:
+    accepted = release_together(lambda i: naive_use("same-proof"), 12)
+    assert sum(accepted) > 1
+
+
+# --- consuming an approval ------------------------------------------------------------------
+
+
+def approved_machine(make_token, machine_factory, admin_key) -> tuple[dict[str, Any], Any, str]:
+    token = make_token(requireApproval=True, maxUses=3)
+    machine = machine_factory()
+    request_id = join(rejoin_body(token, machine)).body["joinRequest"]["requestId"]
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    return token, machine, request_id
+
+
+def test_consuming_an_approval_needs_the_key(make_token, machine_factory, admin_key) -> None:
+    token, machine, request_id = approved_machine(make_token, machine_factory, admin_key)
+    # The captured first body alone, with any token of the pool, does not consume the approval
+    for credential in (token, make_token(maxUses=1)):
+        stolen = join(rejoin_body(credential, machine))
+        assert (stolen.status, stolen.body["code"]) == (401, 16)
+    request = store.get(f"JREQ#{request_id}", "JREQ")
+    assert request is not None and request["state"] == "approved"
+    # The machine itself, proving its key, is admitted
+    assert join(rejoin_body(token, machine), signed_by=machine.key).status == 200
+
+
+def test_a_pending_retrys_proof_is_used_up_so_it_cannot_consume_the_approval_later(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given a pending retry the attacker captured with its proof (the agent signs every call)
+    token = make_token(requireApproval=True, maxUses=3)
+    machine = machine_factory()
+    request_id = join(rejoin_body(token, machine)).body["joinRequest"]["requestId"]
+    raw, proof = signed(machine, token["token"], rejoin_body(token, machine))
+    assert join(None, raw=raw, proof=proof).status == 202
+    # When the operator approves and the attacker replays the captured retry within the window
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    replay = join(None, raw=raw, proof=proof)
+    # Then the proof was used up by the pending answer: no credentials, the approval still open
+    assert (replay.status, replay.body["code"]) == (401, 16), replay.body
+    request = store.get(f"JREQ#{request_id}", "JREQ")
+    assert request is not None and request["state"] == "approved"
+
+
+def test_a_dry_run_says_a_rejoin_needs_a_proof(make_token, machine_factory) -> None:
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    join(rejoin_body(token, machine))
+    dry = join({**rejoin_body(token, machine), "dryRun": True})
+    assert dry.body["verdict"] == "deny" and "proof" in dry.body["errMsg"]
+    proven = join({**rejoin_body(token, machine), "dryRun": True}, signed_by=machine.key)
+    assert proven.body["verdict"] == "admit"
+
+
+# --- renewals ------------------------------------------------------------------------------
+
+
+def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> None:
+    token = make_token()
+    machine, thief = machine_factory(), machine_factory()
+    admitted = join(rejoin_body(token, machine)).body
+    renew_body = {"machineToken": admitted["machineToken"], "csr": machine.csr}
+    raw = json.dumps(renew_body).encode()
+    proof = sign_proof(machine.key, purpose="renew", credential=admitted["machineToken"], body=raw)
+    assert join(None, raw=raw, proof=proof, path="/machines/renew").status == 200
+    # Replayed as captured, or with the thief's CSR under the captured proof, or with no proof
+    as_is = join(None, raw=raw, proof=proof, path="/machines/renew")
+    swapped = join(
+        {"machineToken": admitted["machineToken"], "csr": thief.csr}, proof=proof, path="/machines/renew"
+    )
+    bare = join({"machineToken": admitted["machineToken"], "csr": thief.csr}, path="/machines/renew")
+    for reply in (as_is, swapped, bare):
+        assert (reply.status, reply.body["code"]) == (401, 16), reply.body
+    # And the thief's key cannot sign for the machine either
+    own = join(
+        {"machineToken": admitted["machineToken"], "csr": thief.csr},
+        signed_by=thief.key,
+        path="/machines/renew",
+    )
+    assert (own.status, own.body["code"]) == (401, 16)
+    assert machine_record(admitted["machineId"])["identity"] != ""
+
+
+def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, machine_factory) -> None:
+    token = make_token()
+    old, new = machine_factory(), machine_factory()
+    admitted = join(rejoin_body(token, old)).body
+    body = {"machineToken": admitted["machineToken"], "csr": new.csr}
+    raw = json.dumps(body).encode()
+    # Signed by the new key: refused (the server knows only the old one)
+    by_new = sign_proof(
+        new.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=new.key
+    )
+    assert join(None, raw=raw, proof=by_new, path="/machines/renew").status == 401
+    # Signed by the old key, named in the header: the identity moves to the new key
+    by_old = sign_proof(
+        old.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=old.key
+    )
+    renewed = join(None, raw=raw, proof=by_old, path="/machines/renew")
+    assert renewed.status == 200, renewed.body
+    # And the next renewal must be signed by the new key
+    again = join(
+        {"machineToken": admitted["machineToken"], "csr": new.csr}, signed_by=new.key, path="/machines/renew"
+    )
+    assert again.status == 200, again.body
+
+
+# --- fingerprint identities ------------------------------------------------------------------
+
+
+def test_fingerprint_joins_still_work_for_levers9_clients(make_token) -> None:
+    token = make_token(maxUses=2)
+    body = {"joinToken": token["token"], "machineFingerprint": "levers9-host-1"}
+    first = join(body)
+    again = join(body)  # a levers9 agent restarting: nothing to prove with, as before
+    assert first.status == again.status == 200
+    assert again.body["machineId"] == first.body["machineId"]
+
+
+def test_a_token_can_require_key_bound_identities(make_token, machine_factory) -> None:
+    # Given a token whose attestation requires a key
+    token = make_token(maxUses=3, attestation={"identity": "key"})
+    before = all_items()
+    # When a machine joins with a fingerprint only, it is denied and nothing is written
+    refused = join({"joinToken": token["token"], "machineFingerprint": "levers9-host-2"})
+    assert (refused.status, refused.body["code"]) == (403, 7), refused.body
+    assert "key-bound" in refused.body["message"]
+    assert all_items() == before
+    # And a machine with a CSR is admitted
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
+
+
+def test_the_identity_setting_is_validated(admin_key: str, pool: dict[str, Any]) -> None:
+    reply = call(
+        "/api/compute/joinTokens/create",
+        {"tenantId": "acme", "poolId": "gpu", "attestation": {"identity": "maybe"}},
+        admin_key,
+    )
+    assert (reply.status, reply.code) == (400, "INVALID_ARGUMENT")
