@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import urllib.request
 
+import pytest
+
+from joinplane_local import runtime as runtime_module
 from joinplane_local.runtime import start_runtime
 
 from .conftest import FIXTURE_TEMPLATE, Local
@@ -38,3 +43,45 @@ def test_the_embedded_runtime_never_hands_real_credentials_to_the_emulator(fresh
     assert os.environ["AWS_ENDPOINT_URL"] == fresh.runtime.endpoint_url
     assert "AWS_SESSION_TOKEN" not in os.environ
     assert os.environ["TABLE_NAME"] == "joinplane-local-fixture-table"
+
+
+def test_a_seed_that_fails_stops_the_start_and_frees_the_port_it_had_bound(
+    fresh: Local, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a seed that fails after the port is bound (and before it listens)
+    bound: list[str] = []
+
+    def failing_seed(log: object, url: str) -> None:
+        bound.append(url)
+        raise RuntimeError("seed failed")
+
+    monkeypatch.setattr(runtime_module, "_seed", failing_seed)
+    endpoint = fresh.runtime.endpoint_url
+    environment = dict(os.environ)
+    outcome: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            start_runtime(
+                mode="endpoint",
+                endpoint_url=endpoint,
+                seed=True,
+                workers=False,
+                template_path=FIXTURE_TEMPLATE,
+            ).stop()
+        except BaseException as error:
+            outcome.append(error)
+
+    # When
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+
+    # Then: the start failed promptly with the seed's error (no hang waiting on a server that
+    # never served), the port is free again, and the environment is as it was
+    assert not thread.is_alive(), "start_runtime hung after a failed seed"
+    assert [str(e) for e in outcome] == ["seed failed"]
+    host, port = bound[0].removeprefix("http://").split(":")
+    with socket.socket() as again:
+        again.bind((host, int(port)))
+    assert dict(os.environ) == environment
