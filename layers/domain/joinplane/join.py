@@ -30,6 +30,7 @@ from joinplane import (
     attestors,
     clock,
     credentials,
+    deadline,
     ids,
     join_requests,
     join_wire,
@@ -380,6 +381,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
     held: tuple[tuple[str, str], ...] = ()
     facts = _facts(attempt, site_id)
     for _ in range(3):
+        deadline.check()  # a retry that cannot finish answers 503, not a gateway timeout
         votes = attestors.evaluate(attempt.request, token, replace(facts, held_by_others=held))
         verdict = attestors.verdict(votes)
         if verdict == attestors.DENY:
@@ -536,6 +538,7 @@ def _consume(
     secret = machines.mint_token(machine_id)
     claims = _hardware_claims(attempt.request)
     for _ in range(3):
+        deadline.check()  # a retry that cannot finish answers 503, not a gateway timeout
         # From the pool as read on this attempt: a pool changed since the cache was filled fails the
         # pool check below and is read again, so no machine leaves with the old pool's settings.
         cert = _certificate(attempt.csr, pool, machine_id)
@@ -643,6 +646,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     held = [(str(k), str(v)) for k, v in machine.get("claims", [])]
     claims = _hardware_claims(attempt.request)
     for _ in range(3):
+        deadline.check()  # a retry that cannot finish answers 503, not a gateway timeout
         # From the pool as read on this attempt (see _consume): never the old pool's settings.
         cert = _certificate(attempt.csr, pool, machine["machineId"])
         image, baseline = _worker_image(pool, machine.get("workerImageBaseline"), attempt.request.workerImage)
@@ -867,6 +871,7 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
         raise Unauthenticated(proof.REQUIRED)
     pool = _pool(machine["tenantId"], machine["poolId"])
     for _ in range(3):
+        deadline.check()  # a retry that cannot finish answers 503, not a gateway timeout
         cert = _certificate(csr, pool, machine["machineId"])
         labelled: list[tuple[str, store.Write]] = [
             (

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from joinplane.errors import InvalidArgument, JoinplaneError
+from joinplane.errors import InvalidArgument, JoinplaneError, OutOfTime
 from joinplane.http import json_response
 
 MAX_BODY_BYTES = 64 * 1024
@@ -46,6 +46,17 @@ GRPC = {
 
 def render_error(error: JoinplaneError) -> dict[str, Any]:
     code, status = GRPC.get(error.code, (13, 500))
+    if isinstance(error, OutOfTime):
+        # gRPC's own retry hint (google.rpc.RetryInfo) in details, and HTTP's in Retry-After.
+        retry = {
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": f"{error.retry_after_seconds}s",
+        }
+        return json_response(
+            status,
+            {"code": code, "message": error.message, "details": [retry]},
+            {"retry-after": str(error.retry_after_seconds)},
+        )
     return json_response(status, {"code": code, "message": error.message, "details": []})
 
 

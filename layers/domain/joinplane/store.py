@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from joinplane import aws
+from joinplane import aws, deadline
 from joinplane.errors import Unavailable
 from joinplane.settings import settings
 
@@ -310,7 +310,6 @@ def transact(writes: Iterable[Write], *, conflict_retries: int = 3) -> None:
     another in flight on the same item (`TransactionConflict`) without evaluating it; that one is
     retried after a short jittered pause, since nothing was decided."""
     import random
-    import time
 
     actions = [w.to_wire() for w in writes]
     for attempt in range(conflict_retries + 1):
@@ -321,4 +320,4 @@ def transact(writes: Iterable[Write], *, conflict_retries: int = 3) -> None:
             decided = [r for r in cancelled.reasons if r not in ("None", "TransactionConflict")]
             if decided or "TransactionConflict" not in cancelled.reasons or attempt == conflict_retries:
                 raise
-            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            deadline.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
