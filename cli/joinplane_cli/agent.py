@@ -580,6 +580,12 @@ def renew(options: RenewOptions) -> Exit:
             except ApiError as failed:
                 if failed.code == "PERMISSION_DENIED":
                     raise CliError(f"Renewal refused: {failed.server_message}", Exit.DENIED) from None
+                if failed.code == "UNAUTHENTICATED" and "Joinplane-Proof" in failed.server_message:
+                    raise CliError(
+                        f"Renewal refused: the server did not accept this machine's proof of its key: "
+                        f"{failed.server_message}",
+                        Exit.UNAUTHENTICATED,
+                    ) from None
                 if failed.code == "UNAUTHENTICATED":
                     raise CliError(
                         "Renewal refused: the machine token is not valid (replaced by a re-join?)",
