@@ -689,6 +689,16 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
                 if self._linger:
                     _drain(self.connection)
 
+        def parse_request(self) -> bool:
+            # `GET /path` alone is HTTP/0.9 (no headers, no status line): refused at once, not
+            # after waiting for headers that such a client never sends.
+            words = bytes(getattr(self, "raw_requestline", b"")).split()
+            if len(words) == 2 and words[0] == b"GET":
+                self.command = "GET"
+                self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED)
+                return False
+            return super().parse_request()
+
         def _framing(self) -> _Framing:
             return request_framing(
                 self.headers.get_all("Content-Length") or [],
@@ -767,6 +777,9 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
                 phrase = HTTPStatus(code).phrase
             except ValueError:
                 phrase = "Error"
+            # An unparseable request line leaves http.server assuming HTTP/0.9, which would send
+            # the body alone, without a status line.
+            self.request_version = self.protocol_version
             self._reply(_message(code, phrase), time.monotonic(), close=True)
 
     return Handler

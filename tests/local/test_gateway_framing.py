@@ -313,3 +313,14 @@ def test_expect_100_continue_with_bad_framing_is_refused_before_the_body_is_sent
 
     # Then: a final 400, never an invitation to send
     _refused(result)
+
+
+def test_an_unparseable_request_line_gets_a_status_line_not_a_bare_body(served: Served) -> None:
+    # When: a line that is no request line, and an HTTP/0.9 one (no version, no headers)
+    garbage = exchange(served, b"Host: local\r\n\r\n")
+    ancient = exchange(served, b"GET /items/x\r\n")
+
+    # Then: both are answered as HTTP/1.1, in API Gateway's JSON shape
+    _refused(garbage)
+    _refused(ancient, (505, {"message": "HTTP Version Not Supported"}))
+    assert "GET /items/x 200" not in served.log()
