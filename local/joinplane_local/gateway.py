@@ -8,6 +8,11 @@ API Gateway's own error bodies (`{"message": "Not Found"}` and friends).
 Not emulated: CORS preflight answers (the template configures none), payload format 1.0, JWT and
 IAM authorizers, IAM-policy authorizer responses, stage variables, mutual TLS, throttling, and
 Lambda's own 6 MB invocation payload limit (API Gateway's 10 MB request limit is kept).
+
+Request framing is read strictly, since a body whose end is guessed lets the next request hide in
+it: Content-Length is plain digits, chunk sizes plain hex on a bounded line, trailers bounded, and
+both headers together refused. Malformed framing is a 400, a body over the limit a 413 before it is
+read, a stalled body a 408; each closes the connection, and none is logged as more than its line.
 """
 
 from __future__ import annotations
