@@ -52,8 +52,8 @@ MAX_HEADER_CHARS = 4096
 RECORD_TTL_SECONDS = WINDOW_SECONDS + FUTURE_SKEW_SECONDS + 3600
 
 REQUIRED = (
-    "this machine has joined before: handing out its credentials again needs a fresh proof of "
-    "possession of its key (a Joinplane-Proof header; see docs/join.md)"
+    "this key has joined before: credentials for it are handed out again only with a fresh proof of "
+    "possession of the key (a Joinplane-Proof header; see docs/join.md)"
 )
 STALE = "the Joinplane-Proof is too old or from the future (check the machine's clock)"
 BAD = "the Joinplane-Proof signature does not verify for this request and key"
