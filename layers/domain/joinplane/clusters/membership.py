@@ -133,7 +133,8 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
 
     Concurrent joins into one guest item serialise: each commit moves the item's version, so of
     the joins that read it together one commits and the others decide again. Every attempt
-    starts only with time left for one more like the slowest so far (`deadline.check`), and the
+    starts only with time left for two more like the slowest so far (`deadline.check`: under
+    contention an attempt can take longer than any before it, so one is not enough), and the
     pause between attempts is jittered over a window scaled by how long an attempt takes, so
     the losers of one round do not all meet again in the next. Out of time is OutOfTime (503
     with Retry-After) before anything is written, never a gateway timeout after a commit."""
@@ -141,7 +142,7 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
     slowest = 0.0
     attempt = 0
     while True:
-        reserve = max(deadline.DEFAULT_RESERVE, slowest)
+        reserve = max(deadline.DEFAULT_RESERVE, 2 * slowest)
         deadline.check(reserve)
         started = time.monotonic()
         if attempt:
@@ -163,7 +164,8 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
             attempt += 1
             if attempt >= MAX_ATTEMPTS and deadline.remaining() == math.inf:
                 raise Unavailable("the cluster changed during every attempt of this join; retry") from None
-            deadline.sleep(deadline.backoff(attempt, max(_MIN_BACKOFF, slowest)), max(reserve, slowest))
+            reserve = max(reserve, 2 * slowest)
+            deadline.sleep(deadline.backoff(attempt, max(_MIN_BACKOFF, slowest)), reserve)
             continue
         logger.info(
             "cluster node joined: %s/%s node %r after %d attempt(s)",
