@@ -40,6 +40,8 @@ class Remaining:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
 TENANT, POOL = "acme", "sylve"
 
 
