@@ -70,23 +70,71 @@ def _make_dynamodb_requests_atomic() -> None:
 
 
 def _rolled_back_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
+    """moto backs a transaction up with a deep copy of the whole table (every item, every stream
+    record) once per *action*: a 53-action accept-join on a table with a long stream history made
+    53 such copies under the backend lock, and every other request waited (latency grew with the
+    table's history, several seconds per commit). Only the items a transaction names can change,
+    so those are saved once, moto's whole-table copy is skipped, and a cancelled transaction puts
+    those items back in place and drops the failed attempt's stream records."""
+    import copy
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    class _NoTableCopy:
+        """moto.dynamodb.models' `copy`, minus the whole-table backup (we keep our own)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        def deepcopy(self, value: Any, *args: Any) -> Any:
+            if isinstance(value, Table):
+                return value
+            return copy.deepcopy(value, *args)
+
+    models.copy = _NoTableCopy()  # type: ignore[attr-defined,assignment]
+
     @functools.wraps(original)
-    def transact(backend: Any, *args: Any, **kwargs: Any) -> Any:
-        before = dict(backend.tables)
+    def transact(backend: Any, transact_items: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        saved: list[tuple[Any, Any, Any, Any]] = []
+        for action in transact_items:
+            op = next(iter(action.values()))
+            table = backend.tables.get(op.get("TableName"))
+            if table is None:
+                continue
+            key = op.get("Key") or {
+                name: op["Item"][name]
+                for name in (table.hash_key_attr, table.range_key_attr)
+                if name is not None and name in op.get("Item", {})
+            }
+            hash_value = DynamoType(key[table.hash_key_attr]) if table.hash_key_attr in key else None
+            range_value = (
+                DynamoType(key[table.range_key_attr])
+                if table.range_key_attr is not None and table.range_key_attr in key
+                else None
+            )
+            if hash_value is None:
+                continue
+            current = table.items.get(hash_value, {})
+            current = current.get(range_value) if table.range_key_attr is not None else current
+            saved.append((table, hash_value, range_value, copy.deepcopy(current) if current else None))
         streamed = {
-            name: len(t.stream_shard.items) for name, t in before.items() if t.stream_shard is not None
+            id(t): len(t.stream_shard.items) for t in backend.tables.values() if t.stream_shard is not None
         }
         try:
-            return original(backend, *args, **kwargs)
+            return original(backend, transact_items, *args, **kwargs)
         except Exception:
-            for name, table in before.items():
-                restored = backend.tables.get(name)
-                if restored is None or restored is table:
-                    continue
-                table.items = restored.items
-                if table.stream_shard is not None:
-                    del table.stream_shard.items[streamed[name] :]
-                backend.tables[name] = table
+            for table, hash_value, range_value, item in reversed(saved):
+                bucket = table.items.setdefault(hash_value, {}) if table.range_key_attr else table.items
+                slot = range_value if table.range_key_attr else hash_value
+                if item is None:
+                    bucket.pop(slot, None)
+                else:
+                    bucket[slot] = item
+            for table in backend.tables.values():
+                if table.stream_shard is not None and id(table) in streamed:
+                    del table.stream_shard.items[streamed[id(table)] :]
             raise
 
     return transact
