@@ -261,7 +261,10 @@ def batch_get(keys: Iterable[tuple[str, str]], *, consistent: bool = True) -> di
     request: dict[str, Any] = {
         _table(): {"Keys": [serialize(key(pk, sk)) for pk, sk in wanted], "ConsistentRead": consistent}
     }
-    for _ in range(5):
+    for attempt in range(5):
+        if attempt:
+            # Unprocessed keys mean throttling: back off (DynamoDB's advice), within the deadline.
+            deadline.sleep(deadline.backoff(attempt, 0.05, cap=0.5))
         response = _call("batch_get_item", RequestItems=request)
         for raw in response.get("Responses", {}).get(_table(), []):
             item = deserialize(raw)
