@@ -1,171 +1,1221 @@
-"""shared/openapi.json, generated: the template's routes, each with its request model's JSON Schema.
+"""shared/openapi.json, generated: every HTTP route of template.yaml, its request schema, and each
+answer it can give, from typed models.
 
-Run `python -m joinplane_local.openapi > shared/openapi.json` after changing a route or a model;
-tests/integration/test_openapi.py fails while the committed document is stale or a route of
-template.yaml has no entry here.
+- Operator routes (`/api/compute/...`): the request schema is the route's own (strict) request
+  model; the 200 answer is the typed view in `joinplane_local.views`; errors are the operator
+  envelope, and API Gateway's own `{"message": ...}` where the gateway answers before a function
+  runs (no `Authorization` header: 401).
+- `/machines/join`, `/machines/renew`: seed 002's schemas (grpc-gateway JSON, `rpcStatus` errors)
+  plus the additive fields docs/join.md lists.
+- `/cluster/accept-join` (and Sylve's `/api/cluster/accept-join`): seed 000's request and
+  Sylve's `{status, message, error, data}` envelope.
+
+What a pydantic model cannot say in JSON Schema (a validator's rule: "exactly one of poolId or
+siteId", "not a placeholder serial", a grant's grammar) is added here from the same constants the
+validators use, so the document promises exactly what the server accepts. The contract test
+(tests/contract/test_openapi_schemathesis.py) runs schemathesis with every check against the local
+runtime; tests/integration/test_openapi.py keeps the committed file current.
+
+Run `python -m joinplane_local.openapi > shared/openapi.json` after changing a route, a model or a
+view.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from joinplane import apikeys, audit, discovery, join_requests, machines, pools, tokens, tpm_allow
-from joinplane.clusters import membership
+from joinplane import (
+    apikeys,
+    audit,
+    discovery,
+    grants,
+    hardware,
+    join_requests,
+    join_wire,
+    machines,
+    operator_api,
+    pools,
+    proof,
+    tokens,
+    tpm_allow,
+)
+from joinplane.clusters import membership, sylve_wire
+from joinplane_local import views
 from joinplane_local.template import Template, load
 
-REQUESTS: dict[str, tuple[type[BaseModel], str]] = {
-    "/api/compute/apiKeys/create": (
+Schema = dict[str, Any]
+REF = "#/components/schemas/{model}"
+JSON = "application/json"
+
+# --- the operator API ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    request: type[BaseModel]
+    response: type[BaseModel]
+    summary: str
+    description: str
+    example: dict[str, Any]
+    tag: str
+
+
+TAGS = {
+    "apiKeys": ("API keys", "Keys for the operator API; each carries grants `PERMISSION@SCOPE`."),
+    "pools": ("Pools", "Compute pools: where machines land, and the bootstrap they are handed."),
+    "joinTokens": ("Join tokens", "Secrets that let machines ask to join one pool or one site."),
+    "joinRequests": ("Join requests", "The approval queue for deferred joins (seed 001)."),
+    "machines": ("Machines", "Admitted machines: list, inspect, revoke."),
+    "discovery": ("Discovery", "A site's inventory of expected machines (the `discovery` attestor)."),
+    "tpmAllowList": ("TPM allow-lists", "TPM endorsement keys a site expects (the `tpm` attestor)."),
+    "auditEvents": ("Audit", "Every security event, as published on EventBridge."),
+    "clusters": ("Clusters", "Cluster keys, members and the guest-identity registry (seed 000)."),
+    "join": ("Machine join (seed 002)", "What a machine agent calls: levers9's grpc-gateway JSON."),
+    "cluster": ("Cluster join (seed 000)", "What a Sylve node calls on its leader."),
+}
+
+EXAMPLE_TOKEN_ID = "jtok_01m8nz6smg0chzvz0b58z6hma5"
+EXAMPLE_REQUEST_ID = "jreq_01m8nz6t2rrm70af48hhs5f7zx"
+EXAMPLE_MACHINE_ID = "mach_01m8nz6v0d5q3h2k9w7x4c1b8e"
+EXAMPLE_MACHINE_TOKEN = "jpm_01m8nz6v0d5q3h2k9w7x4c1b8e_5ycq0x3m8k2h7p1d9w4r6t0v2b8n3s5f"
+EXAMPLE_EK = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+OPERATIONS: dict[str, Operation] = {
+    "/api/compute/apiKeys/create": Operation(
         apikeys.CreateApiKey,
-        "Create an API key; the secret `key` is returned once.",
+        views.ApiKeyCreated,
+        "Create an API key",
+        "The secret `key` is returned once; only its SHA-256 is stored. A key may hand out only "
+        "grants it holds itself (`PERMISSION_DENIED` otherwise).",
+        {"tenantId": "dev", "grants": ["compute:join-tokens:*@compute-pool/dev-pool"], "description": "ci"},
+        "apiKeys",
     ),
-    "/api/compute/apiKeys/list": (apikeys.ListApiKeys, "List a tenant's API keys (never their secrets)."),
-    "/api/compute/apiKeys/revoke": (
+    "/api/compute/apiKeys/list": Operation(
+        apikeys.ListApiKeys,
+        views.ApiKeyList,
+        "List API keys",
+        "A tenant's API keys, never their secrets, in keyId order.",
+        {"tenantId": "dev", "limit": 50},
+        "apiKeys",
+    ),
+    "/api/compute/apiKeys/revoke": Operation(
         apikeys.RevokeApiKey,
-        "Revoke an API key; revoking again changes nothing.",
+        views.ApiKey,
+        "Revoke an API key",
+        "Revoking again changes nothing. A key may revoke only keys whose every grant it holds.",
+        {"tenantId": "dev", "keyId": "key_01m8p0000000000000000000ab"},
+        "apiKeys",
     ),
-    "/api/compute/pools/create": (pools.CreatePool, "Create a compute pool (and its site, if new)."),
-    "/api/compute/pools/get": (pools.PoolRef, "Get one pool."),
-    "/api/compute/pools/list": (pools.ListPools, "List the pools the key can read, in poolId order."),
-    "/api/compute/pools/update": (pools.UpdatePool, "Replace the given fields of an active pool."),
-    "/api/compute/pools/archive": (pools.PoolRef, "Archive a pool: it refuses new joins and changes."),
-    "/api/compute/joinTokens/create": (
+    "/api/compute/pools/create": Operation(
+        pools.CreatePool,
+        views.Pool,
+        "Create a compute pool",
+        "Creates the site too if it is new. Placing a pool in a site needs `compute:pools:write` at "
+        "that site (or wider).",
+        {
+            "tenantId": "dev",
+            "siteId": "dev-site",
+            "poolId": "gpu-west",
+            "name": "GPU west",
+            "workspaceId": "ws-1",
+            "bootstrap": {"controlplaneHttpUrl": "https://cp.example.com", "workerImage": "worker:1.4"},
+        },
+        "pools",
+    ),
+    "/api/compute/pools/get": Operation(
+        pools.PoolRef,
+        views.Pool,
+        "Get a pool",
+        "One pool.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+        "pools",
+    ),
+    "/api/compute/pools/list": Operation(
+        pools.ListPools,
+        views.PoolList,
+        "List pools",
+        "The pools the key can read, in poolId order; `nextCursor` continues.",
+        {"tenantId": "dev", "state": "active"},
+        "pools",
+    ),
+    "/api/compute/pools/update": Operation(
+        pools.UpdatePool,
+        views.Pool,
+        "Update a pool",
+        "The fields given replace the stored value whole; absent fields are left alone. Only "
+        "`cluster` can be removed (null); an archived pool is `INVALID_STATE`.",
+        {"tenantId": "dev", "poolId": "dev-pool", "bootstrap": {"workerImage": "worker:1.5"}},
+        "pools",
+    ),
+    "/api/compute/pools/archive": Operation(
+        pools.PoolRef,
+        views.Pool,
+        "Archive a pool",
+        "An archived pool refuses new joins and changes; archiving again changes nothing.",
+        {"tenantId": "dev", "poolId": "old-pool"},
+        "pools",
+    ),
+    "/api/compute/joinTokens/create": Operation(
         tokens.CreateJoinToken,
-        "Create a join token; the secret `token` once.",
+        views.JoinTokenCreated,
+        "Create a join token",
+        "For exactly one of `poolId` (a pool token) or `siteId` (a site token: every join is "
+        "deferred until a pool claims it). The secret `token` is returned once.",
+        {"tenantId": "dev", "poolId": "dev-pool", "ttlSeconds": 3600, "maxUses": 5, "requireApproval": True},
+        "joinTokens",
     ),
-    "/api/compute/joinTokens/list": (tokens.ListJoinTokens, "List a pool's or a site's join tokens."),
-    "/api/compute/joinTokens/revoke": (tokens.RevokeJoinToken, "Revoke a join token."),
-    "/api/compute/joinRequests/list": (
+    "/api/compute/joinTokens/list": Operation(
+        tokens.ListJoinTokens,
+        views.JoinTokenList,
+        "List join tokens",
+        "A pool's (`poolId`) or a site's (`siteId`) join tokens, never their secrets.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+        "joinTokens",
+    ),
+    "/api/compute/joinTokens/revoke": Operation(
+        tokens.RevokeJoinToken,
+        views.JoinToken,
+        "Revoke a join token",
+        "Revoking again changes nothing.",
+        {"tenantId": "dev", "tokenId": EXAMPLE_TOKEN_ID},
+        "joinTokens",
+    ),
+    "/api/compute/joinRequests/list": Operation(
         join_requests.ListJoinRequests,
-        "List the join requests a pool can decide.",
+        views.JoinRequestList,
+        "List join requests",
+        "The requests a pool can decide: its own, and its site's that no pool has claimed. A "
+        "pending or approved request past its expiry reads as `expired`.",
+        {"tenantId": "dev", "poolId": "dev-pool", "state": "pending"},
+        "joinRequests",
     ),
-    "/api/compute/joinRequests/approve": (
+    "/api/compute/joinRequests/approve": Operation(
         join_requests.ApproveJoinRequest,
-        "Approve a pending join request.",
+        views.JoinRequest,
+        "Approve a join request",
+        "Assigns it to the pool with a new expiry of `ttlSeconds`; the machine's retry with the "
+        "same key consumes it. Approving again for this pool returns the approval unchanged.",
+        {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "rack 7"},
+        "joinRequests",
     ),
-    "/api/compute/joinRequests/reject": (join_requests.DecideJoinRequest, "Reject a join request."),
-    "/api/compute/machines/list": (machines.ListMachines, "List a pool's machines."),
-    "/api/compute/machines/get": (machines.MachineRef, "Get one machine."),
-    "/api/compute/machines/revoke": (machines.RevokeMachine, "Revoke (ban) a machine."),
-    "/api/compute/discovery/register": (discovery.RegisterEntry, "Register a machine the site expects."),
-    "/api/compute/discovery/list": (discovery.ListEntries, "List a site's discovery inventory."),
-    "/api/compute/discovery/remove": (discovery.RemoveEntry, "Remove a discovery entry."),
-    "/api/compute/tpmAllowList/add": (tpm_allow.AddKey, "Allow a TPM endorsement key at a site."),
-    "/api/compute/tpmAllowList/list": (tpm_allow.ListKeys, "List a site's allowed TPM endorsement keys."),
-    "/api/compute/tpmAllowList/remove": (tpm_allow.RemoveKey, "Remove an allowed TPM endorsement key."),
-    "/api/compute/auditEvents/list": (audit.ListAuditEvents, "List security events, newest first."),
-    "/api/compute/clusters/rotateKey": (
+    "/api/compute/joinRequests/reject": Operation(
+        join_requests.DecideJoinRequest,
+        views.JoinRequest,
+        "Reject a join request",
+        "Rejects a pending request or withdraws an unused approval; rejecting again changes nothing.",
+        {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "unknown box"},
+        "joinRequests",
+    ),
+    "/api/compute/machines/list": Operation(
+        machines.ListMachines,
+        views.MachineList,
+        "List machines",
+        "A pool's machines in machineId order.",
+        {"tenantId": "dev", "poolId": "dev-pool", "state": "active"},
+        "machines",
+    ),
+    "/api/compute/machines/get": Operation(
+        machines.MachineRef,
+        views.Machine,
+        "Get a machine",
+        "One machine.",
+        {"tenantId": "dev", "machineId": EXAMPLE_MACHINE_ID},
+        "machines",
+    ),
+    "/api/compute/machines/revoke": Operation(
+        machines.RevokeMachine,
+        views.Machine,
+        "Revoke a machine",
+        "Bans it: its machine token and re-joins stop working, its hardware ids are released, and "
+        "its key cannot join again.",
+        {"tenantId": "dev", "machineId": EXAMPLE_MACHINE_ID, "reason": "decommissioned"},
+        "machines",
+    ),
+    "/api/compute/discovery/register": Operation(
+        discovery.RegisterEntry,
+        views.DiscoveryEntry,
+        "Register an expected machine",
+        "At least one identifier; each is stored canonical, and placeholder values (firmware "
+        "defaults such as `To be filled by O.E.M.`, all-zero UUIDs, broadcast MACs) are refused.",
+        {
+            "tenantId": "dev",
+            "siteId": "dev-site",
+            "serialNumber": "SN-7Q2X9",
+            "macAddresses": ["3c:ec:ef:12:34:56"],
+            "hostname": "gpu-01",
+        },
+        "discovery",
+    ),
+    "/api/compute/discovery/list": Operation(
+        discovery.ListEntries,
+        views.DiscoveryList,
+        "List a site's discovery inventory",
+        "Entries oldest first.",
+        {"tenantId": "dev", "siteId": "dev-site"},
+        "discovery",
+    ),
+    "/api/compute/discovery/remove": Operation(
+        discovery.RemoveEntry,
+        views.DiscoveryEntry,
+        "Remove a discovery entry",
+        "Returns the entry removed.",
+        {"tenantId": "dev", "siteId": "dev-site", "entryId": "disc_01m8nz6w3a9c8d7e6f5g4h3j2k"},
+        "discovery",
+    ),
+    "/api/compute/tpmAllowList/add": Operation(
+        tpm_allow.AddKey,
+        views.AllowedKey,
+        "Allow a TPM endorsement key",
+        "Exactly one of `ekPublicKeySha256` (hex SHA-256 of the EK's SubjectPublicKeyInfo) or "
+        "`ekCertificatePem` (the EK certificate; the hash is taken from it).",
+        {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
+        "tpmAllowList",
+    ),
+    "/api/compute/tpmAllowList/list": Operation(
+        tpm_allow.ListKeys,
+        views.AllowedKeyList,
+        "List a site's allowed endorsement keys",
+        "In hash order.",
+        {"tenantId": "dev", "siteId": "dev-site"},
+        "tpmAllowList",
+    ),
+    "/api/compute/tpmAllowList/remove": Operation(
+        tpm_allow.RemoveKey,
+        views.AllowedKey,
+        "Remove an allowed endorsement key",
+        "Returns the entry removed.",
+        {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
+        "tpmAllowList",
+    ),
+    "/api/compute/auditEvents/list": Operation(
+        audit.ListAuditEvents,
+        views.AuditEventList,
+        "List security events",
+        "Newest first. With `poolId`, the pool's events (a pool-scoped key suffices); without, the tenant's.",
+        {"tenantId": "dev", "poolId": "dev-pool", "detailType": "security.machine.joined"},
+        "auditEvents",
+    ),
+    "/api/compute/clusters/rotateKey": Operation(
         membership.RotateClusterKey,
-        "Make the pool a cluster, or rotate its key.",
+        views.ClusterKeyRotated,
+        "Make the pool a cluster, or rotate its key",
+        "Issues a new cluster key (`jck_...`, returned once); the previous one stops working.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+        "clusters",
     ),
-    "/api/compute/clusters/nodes/list": (membership.ListClusterNodes, "List a cluster's member nodes."),
-    "/api/compute/clusters/guests/list": (
+    "/api/compute/clusters/nodes/list": Operation(
+        membership.ListClusterNodes,
+        views.ClusterNodeList,
+        "List a cluster's member nodes",
+        "In nodeId order.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+        "clusters",
+    ),
+    "/api/compute/clusters/guests/list": Operation(
         membership.ListClusterGuests,
-        "List a cluster's guest-ID registry.",
+        views.ClusterGuestList,
+        "List a cluster's guest-ID registry",
+        "Claims in guestId order, optionally of one node.",
+        {"tenantId": "dev", "poolId": "dev-pool", "nodeId": "node-a"},
+        "clusters",
     ),
 }
 
-ERROR = {
+
+OPERATOR_CODES = [
+    "INVALID_ARGUMENT",
+    "FAILED_PRECONDITION",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "INVALID_STATE",
+    "PAYLOAD_TOO_LARGE",
+    "RESOURCE_EXHAUSTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+]
+assert set(OPERATOR_CODES) == set(operator_api.STATUS)
+
+ERROR: Schema = {
     "type": "object",
+    "description": "The operator API's error envelope.",
     "required": ["error"],
+    "additionalProperties": False,
     "properties": {
         "error": {
             "type": "object",
             "required": ["code", "message", "details"],
+            "additionalProperties": False,
             "properties": {
-                "code": {
-                    "type": "string",
-                    "enum": [
-                        "INVALID_ARGUMENT",
-                        "UNAUTHENTICATED",
-                        "PERMISSION_DENIED",
-                        "NOT_FOUND",
-                        "ALREADY_EXISTS",
-                        "INVALID_STATE",
-                        "PAYLOAD_TOO_LARGE",
-                        "RESOURCE_EXHAUSTED",
-                        "INTERNAL",
-                        "UNAVAILABLE",
-                    ],
-                },
+                "code": {"type": "string", "enum": OPERATOR_CODES},
                 "message": {"type": "string"},
-                "details": {"type": "array", "items": {"type": "object"}},
+                "details": {
+                    "type": "array",
+                    "description": "`{field, reason}` per invalid field; `{reason: out_of_time, "
+                    "retryAfterSeconds}` on a 503 that says when to retry.",
+                    "items": {"type": "object"},
+                },
             },
         }
     },
 }
 
+GATEWAY_MESSAGE: Schema = {
+    "type": "object",
+    "description": "API Gateway's own answer, given before any function runs (e.g. 401 "
+    "`Unauthorized` when the request has no `Authorization` header for the authorizer to read).",
+    "required": ["message"],
+    "additionalProperties": False,
+    "properties": {"message": {"type": "string", "examples": ["Unauthorized"]}},
+}
 
-def routes() -> list[str]:
-    """The operator routes (`/api/compute/...`). The machine-facing routes speak the seeds' own
-    dialects and are documented by the seeds themselves."""
-    template = Template(load())
-    found = []
-    for resource in template.of_type("AWS::Serverless::Function").values():
-        for event in resource.get("Properties", {}).get("Events", {}).values():
-            if event.get("Type") == "HttpApi" and event["Properties"]["Path"].startswith("/api/compute/"):
-                found.append(event["Properties"]["Path"])
-    return sorted(found)
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying (an answer given when the invocation ran "
+        "out of time: nothing was written).",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    }
+}
 
 
-def document() -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": ERROR}
-    paths: dict[str, Any] = {}
-    for path in routes():
-        if path not in REQUESTS:
-            continue
-        model, summary = REQUESTS[path]
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(schema.pop("$defs", {}))
-        components[model.__name__] = schema
-        errors = {
-            str(status): {
-                "description": code,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+def _content(ref: str) -> Schema:
+    return {JSON: {"schema": {"$ref": ref}}}
+
+
+def _one_of_content(*refs: str) -> Schema:
+    return {JSON: {"schema": {"oneOf": [{"$ref": ref} for ref in refs]}}}
+
+
+def _operator_errors() -> Schema:
+    error = "#/components/schemas/Error"
+    gateway = "#/components/schemas/GatewayMessage"
+    return {
+        "400": {"description": "INVALID_ARGUMENT or FAILED_PRECONDITION", "content": _content(error)},
+        "401": {
+            "description": "UNAUTHENTICATED (an unknown, malformed or revoked key); API Gateway's "
+            '`{"message":"Unauthorized"}` when there is no `Authorization` header at all',
+            "content": _one_of_content(error, gateway),
+        },
+        "403": {"description": "PERMISSION_DENIED", "content": _content(error)},
+        "404": {"description": "NOT_FOUND: absent, or out of the key's sight", "content": _content(error)},
+        "409": {"description": "ALREADY_EXISTS or INVALID_STATE", "content": _content(error)},
+        "413": {
+            "description": f"PAYLOAD_TOO_LARGE: a body over {operator_api.MAX_BODY_BYTES} bytes",
+            "content": _content(error),
+        },
+        "500": {"description": "INTERNAL", "content": _one_of_content(error, gateway)},
+        "503": {
+            "description": "UNAVAILABLE: retry (with `Retry-After` when the invocation ran out of time)",
+            "headers": RETRY_AFTER,
+            "content": _one_of_content(error, gateway),
+        },
+    }
+
+
+# --- what the validators say that the models' JSON Schema does not ------------------------------
+
+
+def _ecma(pattern: str) -> str:
+    """A Python pattern as ECMA-262 (JSON Schema's dialect): no named groups."""
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+
+
+def _either(*names: str) -> Callable[[Schema], None]:
+    """Exactly one of `names`, given as a string (null counts as absent)."""
+
+    def patch(schema: Schema) -> None:
+        schema["oneOf"] = [{"required": [name], "properties": {name: {"type": "string"}}} for name in names]
+
+    return patch
+
+
+def _no_null(*keep: str) -> Callable[[Schema], None]:
+    """Optional fields that may be left out but not set to null (`pools/update`)."""
+
+    def patch(schema: Schema) -> None:
+        for name, prop in schema["properties"].items():
+            if name in keep or "anyOf" not in prop:
+                continue
+            options = [o for o in prop.pop("anyOf") if o != {"type": "null"}]
+            prop.pop("default", None)
+            if len(options) == 1:
+                prop.update(options[0])
+            else:
+                prop["anyOf"] = options
+
+    return patch
+
+
+def _grants(schema: Schema) -> None:
+    schema["properties"]["grants"]["items"] = {
+        "type": "string",
+        "pattern": _ecma(grants.GRANT_PATTERN),
+        "examples": ["compute:join-tokens:*@compute-pool/dev-pool", "compute:*@tenant"],
+    }
+
+
+_SEP = r"[\s._/\\-]*"
+
+
+def _squashed(word: str) -> str:
+    """A pattern for `word` as hardware._squash compares it: any case, any separators between."""
+    return _SEP.join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def _placeholder_serials() -> Schema:
+    words = sorted(hardware._PLACEHOLDER_SERIALS | hardware._COUNTING_SERIALS)
+    alternatives = "|".join(_squashed(word) for word in words)
+    return {
+        "anyOf": [
+            {"pattern": rf"^{_SEP}(?:{alternatives}){_SEP}$"},
+            # What normalize_serial refuses besides: C1 control characters.
+            {"pattern": "[\u0080-\u009f]"},
+            # One repeated character (any case), or nothing but separators.
+            {"pattern": rf"^{_SEP}(?:([^\s._/\\-]){_SEP}(?:\1{_SEP})*)?$"},
+        ]
+    }
+
+
+def _register_entry(schema: Schema) -> None:
+    props = schema["properties"]
+    serial = props["serialNumber"]["anyOf"][0]
+    serial["not"] = _placeholder_serials()
+    serial["description"] = "Not a placeholder (firmware default, counting run, one repeated character)."
+    uuid = props["systemUuid"]["anyOf"][0]
+    hexadecimal = (
+        r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})"
+    )
+    uuid["pattern"] = rf"^\s*(?:\{{{hexadecimal}\}}|{hexadecimal})\s*$"
+    placeholders = "|".join(
+        "-?".join("".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in part) for part in u.split("-"))
+        for u in sorted(hardware._PLACEHOLDER_UUID_SET)
+    )
+    uuid["not"] = {
+        "anyOf": [
+            {"pattern": rf"^\s*\{{?(?:{placeholders})\}}?\s*$"},
+            {"pattern": r"^\s*\{?([0-9a-fA-F])(?:-?\1)*\}?\s*$"},
+        ]
+    }
+    uuid["description"] = "8-4-4-4-12 or 32 hexadecimal digits (braces allowed); not a firmware placeholder."
+    mac = props["macAddresses"]["items"]
+    mac["pattern"] = (
+        r"^\s*(?:[0-9a-fA-F][02468aceACE](?::[0-9a-fA-F]{2}){5}|[0-9a-fA-F][02468aceACE](?:-[0-9a-fA-F]{2}){5}"
+        r"|[0-9a-fA-F][02468aceACE][0-9a-fA-F]{10})\s*$"
+    )
+    mac["description"] = "A unicast address (`:`, `-` or no separators); not all-zero or 02:00:00:00:00:00."
+    mac["not"] = {"pattern": r"^\s*(?:00[:-]?){5}00\s*$|^\s*02(?:[:-]?00){5}\s*$"}
+    schema["anyOf"] = [
+        {"required": ["serialNumber"], "properties": {"serialNumber": {"type": "string"}}},
+        {"required": ["systemUuid"], "properties": {"systemUuid": {"type": "string"}}},
+        {"required": ["macAddresses"], "properties": {"macAddresses": {"minItems": 1}}},
+        {"required": ["machineFingerprint"], "properties": {"machineFingerprint": {"type": "string"}}},
+    ]
+
+
+def _add_key(schema: Schema) -> None:
+    _either("ekPublicKeySha256", "ekCertificatePem")(schema)
+    pem = schema["properties"]["ekCertificatePem"]["anyOf"][0]
+    pem["pattern"] = r"^\s*-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\s]*-----END CERTIFICATE-----\s*$"
+    pem["description"] = "One PEM CERTIFICATE block holding a DER X.509 certificate."
+
+
+REQUEST_PATCHES: dict[str, Callable[[Schema], None]] = {
+    "CreateApiKey": _grants,
+    "CreateJoinToken": _either("poolId", "siteId"),
+    "ListJoinTokens": _either("poolId", "siteId"),
+    "AddKey": _add_key,
+    "UpdatePool": _no_null("tenantId", "poolId", "cluster"),
+    "RegisterEntry": _register_entry,
+}
+
+
+# --- seed 002: /machines/join and /machines/renew ---------------------------------------------
+
+
+def _nullable(schema: Schema) -> Schema:
+    """proto3 JSON: `null` is the field's default."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+INT64 = {
+    "anyOf": [
+        {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+        {"type": "string", "pattern": r"^-?[0-9]{1,18}$"},
+    ],
+    "description": "int64: a JSON number or a decimal string (proto3 JSON)",
+}
+UINT64 = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": 2**64 - 1},
+        {"type": "string", "pattern": r"^[0-9]{1,19}$"},
+    ],
+    "description": "uint64: a decimal string (or a JSON number), as grpc-gateway writes it",
+}
+
+
+def _string(limit: int = join_wire.MAX_STRING) -> Schema:
+    return {"type": "string", "maxLength": limit}
+
+
+def _strings() -> Schema:
+    return {"type": "array", "maxItems": join_wire.MAX_ITEMS, "items": _string()}
+
+
+def _object(
+    properties: dict[str, Schema], description: str = "", required: list[str] | None = None
+) -> Schema:
+    schema: Schema = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        schema["required"] = required
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _join_request() -> Schema:
+    p = _nullable
+    properties: dict[str, Schema] = {
+        "joinToken": p(
+            {
+                **_string(),
+                "description": "The join token (`jpt_...`); or send it as `Authorization: Bearer` "
+                "(both only if they are equal).",
             }
-            for status, code in [
-                (400, "INVALID_ARGUMENT"),
-                (401, "UNAUTHENTICATED"),
-                (403, "PERMISSION_DENIED"),
-                (404, "NOT_FOUND"),
-                (409, "ALREADY_EXISTS or INVALID_STATE"),
-                (413, "PAYLOAD_TOO_LARGE"),
-            ]
-        }
-        paths[path] = {
+        ),
+        "machineFingerprint": p(
+            {**_string(), "description": "The join identity when there is no `csr` (no certificate then)."}
+        ),
+        "hostname": p(_string()),
+        "os": p(_string()),
+        "arch": p(_string()),
+        "cpuCount": p(INT64),
+        "memoryMb": p(UINT64),
+        "gpu": p(_strings()),
+        "gpuCount": p(INT64),
+        "preflight": p(
+            {
+                "type": "array",
+                "maxItems": join_wire.MAX_ITEMS,
+                "items": {"$ref": "#/components/schemas/controlplaneMachinePreflightCheck"},
+            }
+        ),
+        "schedulable": p({"type": "boolean", "description": "Absent means true."}),
+        "executor": p(_string()),
+        "cpuMillicores": p(INT64),
+        "gpuIds": p(_strings()),
+        "networkSlotPoolSize": p(INT64),
+        "containerStartConcurrency": p(INT64),
+        "workerImage": p(
+            {
+                **_string(),
+                "description": "Optional per-machine worker image override. The first value a "
+                "machine sends is its baseline; sending the baseline (or nothing) follows the pool's "
+                "image, anything else is pinned.",
+            }
+        ),
+        "capabilities": p(_strings()),
+        # Joinplane's additive fields (docs/join.md).
+        "csr": p(
+            {
+                **_string(join_wire.MAX_PEM),
+                "description": "Joinplane: a PEM PKCS#10 CSR (ECDSA P-256/P-384, Ed25519, RSA "
+                "2048-4096). Its SubjectPublicKeyInfo is the join identity; the certificate is "
+                "issued for its key.",
+            }
+        ),
+        "hardware": p({"$ref": "#/components/schemas/joinplaneHardware"}),
+        "tpm": p({"$ref": "#/components/schemas/joinplaneTpm"}),
+        "dryRun": p({"type": "boolean", "description": "Joinplane: evaluate everything, change nothing."}),
+    }
+    return _object(
+        properties,
+        "Seed 002's `controlplaneJoinMachineRequest` plus Joinplane's additive fields (`csr`, "
+        "`hardware`, `tpm`, `dryRun`). Fields may also be named by their proto names (`cpu_count`), "
+        "not both; unknown fields are refused (code 3).",
+    )
+
+
+def _join_schemas() -> dict[str, Schema]:
+    p = _nullable
+    sink = "#/components/schemas/controlplaneMachineTelemetrySinkConfig"
+    string = {"type": "string"}
+    return {
+        "controlplaneJoinMachineRequest": _join_request(),
+        "controlplaneMachinePreflightCheck": _object(
+            {
+                "name": p(_string()),
+                "ok": p({"type": "boolean"}),
+                "message": p(_string(1024)),
+                "severity": p(
+                    {**_string(), "description": "`fatal` refuses the join; `error` admits it unschedulable"}
+                ),
+            }
+        ),
+        "joinplaneHardware": _object(
+            {
+                "serialNumber": p(_string()),
+                "systemUuid": p(_string()),
+                "macAddresses": p(_strings()),
+            },
+            "Joinplane: hardware identifiers (placeholders defer the join; one another active "
+            "machine holds denies it).",
+        ),
+        "joinplaneTpm": _object(
+            {
+                "ekPublicKeySha256": p(
+                    {
+                        "type": "string",
+                        "pattern": "^(?:[0-9a-fA-F]{64})?$",
+                        "description": "hex SHA-256 of the EK's SubjectPublicKeyInfo",
+                    }
+                ),
+                "ekCertificatePem": p(_string(join_wire.MAX_PEM)),
+            },
+            "Joinplane: the TPM endorsement key, by hash or by certificate.",
+        ),
+        "controlplaneJoinMachineResponse": _object(
+            {
+                "ok": {"type": "boolean"},
+                "errMsg": string,
+                "workspaceId": string,
+                "poolName": string,
+                "machineId": string,
+                "machineToken": {"type": "string", "description": "`jpm_...`, shown once"},
+                "bootstrap": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/controlplaneMachineBootstrapConfig"},
+                        {"type": "null"},
+                    ]
+                },
+                "certificate": {"type": "string", "description": "Joinplane: PEM client certificate"},
+                "caCertificates": {"type": "string", "description": "Joinplane: PEM chain to the pool CA"},
+                "certificateExpiresAt": {"type": "string", "description": "Joinplane: RFC 3339, or empty"},
+                "schedulable": {"type": "boolean", "description": "Joinplane"},
+                "joinRequest": {
+                    "anyOf": [{"$ref": "#/components/schemas/joinplaneJoinRequestRef"}, {"type": "null"}],
+                    "description": "Joinplane: the deferred join's request (202)",
+                },
+                "retryAfterSeconds": {"type": "integer", "description": "Joinplane: when to retry a 202"},
+                "dryRun": {"type": "boolean", "description": "Joinplane: present (true) on a dry run"},
+                "verdict": {"type": "string", "enum": ["admit", "defer", "deny"], "description": "dry run"},
+                "reasons": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/AttestorReason"},
+                    "description": "dry run: every attestor's vote",
+                },
+            },
+            "Seed 002's `controlplaneJoinMachineResponse`, every field emitted (EmitUnpopulated), "
+            "plus Joinplane's additive fields.",
+            required=[
+                "ok",
+                "errMsg",
+                "workspaceId",
+                "poolName",
+                "machineId",
+                "machineToken",
+                "bootstrap",
+                "certificate",
+                "caCertificates",
+                "certificateExpiresAt",
+                "schedulable",
+                "joinRequest",
+                "retryAfterSeconds",
+            ],
+        ),
+        "joinplaneJoinRequestRef": _object(
+            {
+                "requestId": {"type": "string", "pattern": join_requests.REQUEST_ID},
+                "state": {"type": "string", "enum": ["pending"]},
+                "expiresAt": {"type": "string", "pattern": views.TIMESTAMP},
+            },
+            required=["requestId", "state", "expiresAt"],
+        ),
+        "controlplaneMachineBootstrapConfig": _object(
+            {
+                "controlplaneHttpUrl": string,
+                "controlplaneGrpcHost": string,
+                "controlplaneGrpcPort": {"type": "integer", "format": "int32"},
+                "controlplaneGrpcTls": {"type": "boolean"},
+                "workspaceId": string,
+                "poolName": string,
+                "transport": string,
+                "executor": string,
+                "fallback": string,
+                "disabledServices": {"type": "array", "items": string},
+                "imageRegistryStore": string,
+                "imageClipVersion": {"type": "string", "pattern": "^-?[0-9]+$", "format": "int64"},
+                "imageLocalCacheEnabled": {"type": "boolean"},
+                "telemetry": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/controlplaneMachineTelemetryConfig"},
+                        {"type": "null"},
+                    ]
+                },
+                "billing": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/controlplaneMachineBillingConfig"},
+                        {"type": "null"},
+                    ]
+                },
+                "workerImage": {"type": "string", "description": "Joinplane: the image this machine runs"},
+            },
+            required=[
+                "controlplaneHttpUrl",
+                "controlplaneGrpcHost",
+                "controlplaneGrpcPort",
+                "controlplaneGrpcTls",
+                "workspaceId",
+                "poolName",
+                "transport",
+                "executor",
+                "fallback",
+                "disabledServices",
+                "imageRegistryStore",
+                "imageClipVersion",
+                "imageLocalCacheEnabled",
+                "telemetry",
+                "billing",
+                "workerImage",
+            ],
+        ),
+        "controlplaneMachineTelemetryConfig": _object(
+            {
+                "enabled": {"type": "boolean"},
+                "streamPrefix": string,
+                "logs": {"anyOf": [{"$ref": sink}, {"type": "null"}]},
+                "events": {"anyOf": [{"$ref": sink}, {"type": "null"}]},
+            },
+            required=["enabled", "streamPrefix", "logs", "events"],
+        ),
+        "controlplaneMachineBillingConfig": _object(
+            {
+                "usageEndpoint": string,
+                "usageToken": string,
+                "costHookEndpoint": string,
+                "costHookToken": string,
+                "billableMarginPct": {"type": "number", "format": "double"},
+            },
+            required=[
+                "usageEndpoint",
+                "usageToken",
+                "costHookEndpoint",
+                "costHookToken",
+                "billableMarginPct",
+            ],
+        ),
+        "controlplaneMachineTelemetrySinkConfig": _object(
+            {"destination": string, "credential": string, "streamPrefix": string},
+            required=["destination", "credential", "streamPrefix"],
+        ),
+        "joinplaneRenewRequest": _object(
+            {
+                "machineToken": p({**_string(), "description": "The machine's token (`jpm_...`)"}),
+                "csr": {
+                    **_string(join_wire.MAX_PEM),
+                    "minLength": 1,
+                    "description": "PEM PKCS#10; the key may change",
+                },
+            },
+            "Joinplane: renew a machine's certificate.",
+            required=["csr"],
+        ),
+        "joinplaneRenewResponse": _object(
+            {
+                "machineId": {"type": "string", "pattern": machines.MACHINE_ID},
+                "certificate": string,
+                "caCertificates": string,
+                "certificateExpiresAt": {"type": "string", "pattern": views.TIMESTAMP},
+            },
+            required=["machineId", "certificate", "caCertificates", "certificateExpiresAt"],
+        ),
+        "rpcStatus": _object(
+            {
+                "code": {
+                    "type": "integer",
+                    "format": "int32",
+                    "enum": sorted({c for c, _ in join_wire.GRPC.values()}),
+                },
+                "message": string,
+                "details": {"type": "array", "items": {"$ref": "#/components/schemas/protobufAny"}},
+            },
+            "grpc-gateway's error body; the HTTP status is grpc-gateway's mapping of `code`.",
+            required=["code", "message", "details"],
+        ),
+        "protobufAny": {"type": "object", "properties": {"@type": string}, "additionalProperties": {}},
+    }
+
+
+PROOF_HEADER: Schema = {
+    "name": "Joinplane-Proof",
+    "in": "header",
+    "required": False,
+    "description": "Fresh proof of possession of the machine's key, needed whenever credentials "
+    "for an identity that already exists are handed out (a re-join, consuming an approval, a "
+    "renewal): `t=<unix seconds>,n=<nonce>,sig=<base64>[,key=<base64 DER SPKI>]`, a signature "
+    "over `joinplane-proof-v1\\n<join|renew>\\n<t>\\n<n>\\n<sha256 hex of the token>\\n<sha256 hex "
+    f"of the body>\\n` made within {proof.WINDOW_SECONDS} s, accepted once. See docs/join.md.",
+    "schema": {
+        "type": "string",
+        "maxLength": proof.MAX_HEADER_CHARS,
+        "pattern": (
+            r"^t=[0-9]{1,12},n=[A-Za-z0-9_-]{16,64},sig=(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}"
+            r"|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)(?:,key=(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}"
+            r"|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=))?$"
+        ),
+    },
+    "example": "t=1795003200,n=k3J9xQ2mV8pL5wR1,sig=MEUCIQDx",
+}
+
+
+def _grpc_errors() -> Schema:
+    status = "#/components/schemas/rpcStatus"
+    descriptions = {
+        "400": "3 INVALID_ARGUMENT (malformed request, bad CSR, malformed proof), 9 FAILED_PRECONDITION",
+        "401": "16 UNAUTHENTICATED: unknown, expired, used-up or revoked token; missing or stale proof",
+        "403": "7 PERMISSION_DENIED: denied by an attestor, rejected request, revoked machine",
+        "409": "10 ABORTED: a concurrent join for this machine won; retry",
+        "413": f"8: a body over {join_wire.MAX_BODY_BYTES} bytes",
+        "429": "8 RESOURCE_EXHAUSTED",
+        "500": "13 INTERNAL",
+        "503": "14 UNAVAILABLE: retry",
+    }
+    errors: Schema = {
+        code: {"description": text, "content": _content(status)} for code, text in descriptions.items()
+    }
+    errors["default"] = {"description": "An unexpected error response.", "content": _content(status)}
+    return errors
+
+
+def _machine_operations() -> dict[str, Schema]:
+    response = "#/components/schemas/controlplaneJoinMachineResponse"
+    join_example = {
+        "joinToken": "jpt_01m8nz6smg0chzvz0b58z6hma5_nd96v84g4q2p5cd1pr2rhpe0g1qwgdet",
+        "hostname": "gpu-01",
+        "os": "linux",
+        "arch": "amd64",
+        "cpuCount": 64,
+        "memoryMb": "524288",
+        "gpuCount": 8,
+        "csr": "-----BEGIN CERTIFICATE REQUEST-----\n...\n-----END CERTIFICATE REQUEST-----\n",
+    }
+    return {
+        "/machines/join": {
             "post": {
-                "summary": summary,
-                "operationId": path.removeprefix("/api/compute/").replace("/", "."),
-                "security": [{"apiKey": []}],
+                "tags": [TAGS["join"][0]],
+                "summary": "Join machine",
+                "operationId": "ControlPlaneService_JoinMachine",
+                "description": "Seed 002's JoinMachine. 200: admitted (`ok: true`, identity and "
+                "bootstrap). 202: deferred to an operator (`joinRequest`); retry with the same key "
+                "after `retryAfterSeconds`. A join that hands out credentials for an identity that "
+                "already exists needs `Joinplane-Proof`. See docs/join.md.",
+                "security": [],
+                "parameters": [PROOF_HEADER],
                 "requestBody": {
                     "required": True,
                     "content": {
-                        "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+                        JSON: {
+                            "schema": {"$ref": "#/components/schemas/controlplaneJoinMachineRequest"},
+                            "example": join_example,
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {"description": "A successful response.", "content": _content(response)},
+                    "202": {
+                        "description": "Joinplane: deferred; an operator must decide.",
+                        "content": _content(response),
+                    },
+                    **_grpc_errors(),
+                },
+            }
+        },
+        "/machines/renew": {
+            "post": {
+                "tags": [TAGS["join"][0]],
+                "summary": "Renew a machine's certificate",
+                "operationId": "Joinplane_RenewMachine",
+                "description": "Joinplane's extension of seed 002: a new certificate for the machine "
+                "token's machine; the key may change (sign the proof with the old key and send it as "
+                "`key=`). Needs `Joinplane-Proof`.",
+                "security": [],
+                "parameters": [PROOF_HEADER],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        JSON: {
+                            "schema": {"$ref": "#/components/schemas/joinplaneRenewRequest"},
+                            "example": {
+                                "machineToken": EXAMPLE_MACHINE_TOKEN,
+                                "csr": join_example["csr"],
+                            },
+                        }
                     },
                 },
                 "responses": {
                     "200": {
-                        "description": "OK",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
+                        "description": "The new certificate.",
+                        "content": _content("#/components/schemas/joinplaneRenewResponse"),
                     },
-                    **errors,
+                    **_grpc_errors(),
+                },
+            }
+        },
+    }
+
+
+# --- seed 000: /cluster/accept-join -------------------------------------------------------------
+
+
+def _sylve_schemas() -> dict[str, Schema]:
+    n = _nullable  # Go's encoding/json: null leaves the field as it was
+    trimmed = f"Required: non-empty, and at most {sylve_wire.MAX_ID_BYTES} bytes of UTF-8, once trimmed."
+    uint64 = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1, "description": "a whole literal"}
+    entry = {
+        "type": "object",
+        "properties": {
+            "nodeId": n({"type": "string"}),
+            "guestType": n({"type": "string"}),
+            "guestId": n(uint64),
+            "recordId": n(uint64),
+            "name": n({"type": "string"}),
+        },
+    }
+    entries = n({"type": "array", "items": {"$ref": "#/components/schemas/SylveInventoryEntry"}})
+    return {
+        "SylveInventoryEntry": entry,
+        "SylveInventoryConflict": {
+            "type": "object",
+            "properties": {"guestId": n(uint64), "reason": n({"type": "string"}), "entries": entries},
+        },
+        "SylveInventoryReport": {
+            "type": "object",
+            "properties": {
+                "entries": entries,
+                "conflicts": n(
+                    {"type": "array", "items": {"$ref": "#/components/schemas/SylveInventoryConflict"}}
+                ),
+                "digest": n({"type": "string"}),
+            },
+        },
+        "SylveAcceptJoinRequest": {
+            "type": "object",
+            "description": "Seed 000's `InternalHandlersClusterAcceptJoinRequest`, read as Go's "
+            "encoding/json reads it: names match case-insensitively, unknown fields are ignored, "
+            "`null` leaves a field unset.",
+            "required": ["nodeId", "nodeIp", "nodeVersion"],
+            "properties": {
+                "nodeId": {"type": "string", "minLength": 1, "description": trimmed},
+                "nodeIp": {"type": "string", "format": "ipv4", "description": "IPv4 (or IPv4-mapped IPv6)"},
+                "nodeVersion": {"type": "string", "minLength": 1, "description": trimmed},
+                "preflight": n({"type": "boolean"}),
+                "inventory": n({"$ref": "#/components/schemas/SylveInventoryReport"}),
+            },
+        },
+        "SylveResponse": {
+            "type": "object",
+            "description": "Sylve's `internal.APIResponse`: `message` is the outcome a node switches on "
+            "(`node_added_to_cluster`, `cluster_join_preflight_passed`, `invalid_cluster_key`, ...), "
+            "`error` the detail.",
+            "required": ["status", "message", "error", "data"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"type": "string", "enum": ["success", "error"]},
+                "message": {"type": "string"},
+                "error": {"type": "string"},
+                "data": {
+                    "description": "On success the (merged, for a preflight) inventory report; else null"
+                },
+            },
+        },
+    }
+
+
+def _cluster_operation(path: str) -> Schema:
+    envelope = _content("#/components/schemas/SylveResponse")
+    alias = path.startswith("/api/")
+    answers = {
+        "200": "`node_added_to_cluster` (the submitted inventory echoed) or `cluster_join_preflight_passed`",
+        "400": "`invalid_request_payload`, `cluster_join_failed`",
+        "401": "`invalid_cluster_key`: no, empty or several `X-Cluster-Key`, or an unknown one",
+        "403": "`cluster_token_forbidden`: `X-Cluster-Token` or `Authorization` was sent",
+        "409": "`cluster_version_mismatch`, `guest_identity_join_preflight_failed`",
+        "413": f"`request_body_too_large`: a body over {sylve_wire.MAX_BODY_BYTES} bytes",
+        "500": "`internal_error`",
+        "503": "`guest_identity_inventory_unavailable`: retry (`Retry-After` when out of time)",
+    }
+    responses: Schema = {code: {"description": text, "content": envelope} for code, text in answers.items()}
+    responses["503"]["headers"] = RETRY_AFTER
+    return {
+        "post": {
+            "tags": [TAGS["cluster"][0]],
+            "summary": "Accept Join" + (" (Sylve's /api path)" if alias else ""),
+            "operationId": "clusterAcceptJoinApi" if alias else "clusterAcceptJoin",
+            "description": "Seed 000: accept a join request from a cluster node, authenticated by the "
+            "pool's cluster key. The order is the contract: credential (403/401), size (413), body "
+            "(400), then the leader's checks (409)."
+            + (" The same endpoint at the path a Sylve node posts to." if alias else ""),
+            "security": [{"clusterKey": []}],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    JSON: {
+                        "schema": {"$ref": "#/components/schemas/SylveAcceptJoinRequest"},
+                        "example": {
+                            "nodeId": "node-b",
+                            "nodeIp": "10.0.0.12",
+                            "nodeVersion": "0.9.1",
+                            "preflight": True,
+                            "inventory": {"entries": [], "conflicts": [], "digest": ""},
+                        },
+                    }
+                },
+            },
+            "responses": responses,
+        }
+    }
+
+
+# --- the document -------------------------------------------------------------------------------
+
+
+def routes() -> list[str]:
+    """Every HttpApi route of template.yaml."""
+    template = Template(load())
+    found = []
+    for resource in template.of_type("AWS::Serverless::Function").values():
+        for event in resource.get("Properties", {}).get("Events", {}).values():
+            if event.get("Type") == "HttpApi":
+                found.append(event["Properties"]["Path"])
+    return sorted(found)
+
+
+CLUSTER_PATHS = ("/cluster/accept-join", "/api/cluster/accept-join")
+MACHINE_PATHS = ("/machines/join", "/machines/renew")
+# Every path this document describes (tests/integration/test_openapi.py: every template route is one).
+REQUESTS: dict[str, object] = dict.fromkeys([*OPERATIONS, *MACHINE_PATHS, *CLUSTER_PATHS])
+
+
+def _strip_key(node: Any, key: str) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_key(v, key) for k, v in node.items() if k != key}
+    if isinstance(node, list):
+        return [_strip_key(v, key) for v in node]
+    return node
+
+
+def _strip_titles(node: Any) -> Any:
+    """pydantic's auto-generated `title`s repeat the property names; they add nothing."""
+    if isinstance(node, dict):
+        return {k: _strip_titles(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+@dataclass
+class _Components:
+    schemas: dict[str, Schema] = field(default_factory=dict)
+
+    def add_model(self, model: type[BaseModel], *, view: bool = False) -> str:
+        schema = model.model_json_schema(ref_template=REF)
+        for name, definition in schema.pop("$defs", {}).items():
+            self._put(name, definition, view)
+        self._put(model.__name__, schema, view)
+        return REF.format(model=model.__name__)
+
+    def _put(self, name: str, schema: Schema, view: bool) -> None:
+        schema = _strip_titles(schema)
+        if view:
+            # A view's defaults are how pydantic spells "may be absent"; an answer has no defaults.
+            schema = _strip_key(schema, "default")
+        if name in REQUEST_PATCHES and "properties" in schema:
+            schema = copy.deepcopy(schema)
+            REQUEST_PATCHES[name](schema)
+        if name in self.schemas and self.schemas[name] != schema:
+            raise ValueError(f"two different schemas are both called {name}")
+        self.schemas[name] = schema
+
+
+def document() -> dict[str, Any]:
+    components = _Components()
+    components.schemas["Error"] = ERROR
+    components.schemas["GatewayMessage"] = GATEWAY_MESSAGE
+    paths: dict[str, Any] = {}
+    for path in routes():
+        if path not in OPERATIONS:
+            continue  # the seeds' dialects, below
+        op = OPERATIONS[path]
+        request_ref = components.add_model(op.request)
+        response_ref = components.add_model(op.response, view=True)
+        paths[path] = {
+            "post": {
+                "tags": [TAGS[op.tag][0]],
+                "summary": op.summary,
+                "description": op.description,
+                "operationId": path.removeprefix("/api/compute/").replace("/", "."),
+                "security": [{"apiKey": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": {"$ref": request_ref}, "example": op.example}},
+                },
+                "responses": {
+                    "200": {"description": "OK", "content": _content(response_ref)},
+                    **_operator_errors(),
                 },
             }
         }
+    # AttestorReason is shared by join requests and dry-run join answers.
+    components.add_model(views.AttestorReason, view=True)
+    for name, schema in {**_join_schemas(), **_sylve_schemas()}.items():
+        components.schemas[name] = schema
+    paths.update(_machine_operations())
+    for path in CLUSTER_PATHS:
+        paths[path] = _cluster_operation(path)
     return {
         "openapi": "3.1.0",
         "info": {
-            "title": "Joinplane operator API",
+            "title": "Joinplane API",
             "version": "0.1.0",
-            "description": "RPC over POST: JSON bodies, `Authorization: Bearer jpk_...`. Bodies over 64 KiB "
-            "are refused with 413 before parsing; unknown fields are INVALID_ARGUMENT.",
+            "description": "A serverless machine-join control plane. Three dialects, each byte for "
+            "byte its seed's: the operator API (`/api/compute/...`: RPC over POST, JSON bodies, "
+            '`Authorization: Bearer jpk_...`, errors `{"error": {code, message, details}}`; bodies '
+            f"over {operator_api.MAX_BODY_BYTES // 1024} KiB are 413 before parsing, unknown fields "
+            "INVALID_ARGUMENT, and a JSON number that is a whole number is an integer); machine "
+            "join and renew (seed 002, grpc-gateway JSON, `rpcStatus` errors); and Sylve's cluster "
+            "accept-join (seed 000). Integers are JSON numbers; timestamps RFC 3339 UTC with `Z`.",
         },
-        "paths": paths,
+        "servers": [
+            {"url": "http://127.0.0.1:3000", "description": "`make run`: the local runtime"},
+            {
+                "url": "https://{apiId}.execute-api.{region}.amazonaws.com",
+                "description": "A deployed stack (`sam deploy`): the HttpApi's default endpoint",
+                "variables": {
+                    "apiId": {"default": "abcdef1234", "description": "the stack's HttpApi id"},
+                    "region": {"default": "us-east-1"},
+                },
+            },
+        ],
+        "tags": [{"name": name, "description": text} for name, text in TAGS.values()],
+        "paths": dict(sorted(paths.items())),
         "components": {
-            "schemas": dict(sorted(components.items())),
-            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "schemas": dict(sorted(components.schemas.items())),
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key, `jpk_...`"},
+                "clusterKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-Cluster-Key",
+                    "description": "The pool's cluster key (`jck_...`, from clusters/rotateKey)",
+                },
+            },
         },
     }
 

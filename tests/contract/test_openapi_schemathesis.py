@@ -1,0 +1,200 @@
+"""The OpenAPI document (shared/openapi.json) against the server itself.
+
+schemathesis (pinned in requirements-dev.txt) runs every check it has against every operation of
+the document, over HTTP, against the local runtime (`make run`'s, in-process): schema-valid
+requests must be accepted (or refused only for credentials and absent resources), schema-invalid
+ones refused, every status, header and body exactly as documented. Bounded: a fixed seed, a few
+examples per operation and a hard time budget, so that `make test` stays within minutes on 2 cores.
+
+A failure prints schemathesis's own report: the operation, the check, and a curl line that
+reproduces it against `make run` (with its admin key in place of the test's).
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from joinplane_local import openapi
+from joinplane_local.runtime import Runtime, start_runtime
+from tests.support import ROOT
+
+SEED = 20261130
+MAX_EXAMPLES = int(os.environ.get("JOINPLANE_SCHEMATHESIS_EXAMPLES", "20"))
+# schemathesis's own budget for the whole run, and the test's hard limit around it.
+MAX_TIME_SECONDS = int(os.environ.get("JOINPLANE_SCHEMATHESIS_SECONDS", "150"))
+HARD_LIMIT_SECONDS = MAX_TIME_SECONDS + 60
+DOCUMENT = ROOT / "shared" / "openapi.json"
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Runtime]:
+    running = start_runtime(port=0, log=io.StringIO())
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _ek_certificate(directory: Path) -> Path:
+    """A certificate for the hook to send as `ekCertificatePem` (an EK certificate's shape is an
+    ordinary X.509 certificate; the allow-list only takes the SPKI's hash from it)."""
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=contract-ek",
+            "-days",
+            "1",
+            "-keyout",
+            str(directory / "ek.key"),
+            "-out",
+            str(directory / "ek.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return directory / "ek.pem"
+
+
+def _operator_key(runtime: Runtime) -> str:
+    """A platform-wide key for schemathesis that cannot write API keys. With `iam:api-keys:write`
+    the fuzzer, which reuses identifiers it has seen in answers, revokes the very key it runs with
+    (keyIds come back from apiKeys/list) and every later request is a 401 that tests nothing; so
+    apiKeys/create and /revoke are exercised up to their 403."""
+    assert runtime.admin_key
+    body = {
+        "tenantId": "dev",
+        "grants": ["compute:*@platform", "audit:*@platform", "iam:api-keys:read@platform"],
+        "description": "schemathesis",
+    }
+    request = urllib.request.Request(
+        runtime.url + "/api/compute/apiKeys/create",
+        data=json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {runtime.admin_key}", "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=15) as response:
+        return str(json.loads(response.read())["key"])
+
+
+def _config(key: str, report: Path) -> str:
+    return f"""
+seed = {SEED}
+max-time = {MAX_TIME_SECONDS}
+workers = 2
+hooks = "tests.contract.schemathesis_hooks"
+
+[generation]
+max-examples = {MAX_EXAMPLES}
+database = "none"
+
+[cache]
+enabled = false
+
+[checks]
+enabled = true
+
+# A body over the limit is refused before it is parsed: 413 is a rejection too.
+[checks.negative_data_rejection]
+expected-statuses = [
+  "400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"
+]
+
+# API Gateway HTTP API answers a method no route has with 404 `{{"message":"Not Found"}}`, not 405
+# with `Allow`, and the local runtime does the same so that it behaves as deployed. schemathesis's
+# unexpected-method probes would flag every route for that; test_other_methods_are_not_found pins
+# the gateway's answer instead.
+[phases.coverage]
+unexpected-methods = []
+
+# The platform admin key for the operator API only: /machines/* and accept-join carry their own
+# credentials (a join token in the body, a machine token, X-Cluster-Key), and an operator key
+# there would be a credential of the wrong kind (a join token and a bearer that differ is a 400).
+[[operations]]
+include-path-regex = "^/api/compute/"
+headers = {{ Authorization = {json.dumps("Bearer " + key)} }}
+
+[reports.junit]
+enabled = true
+path = {json.dumps(str(report))}
+
+[output.sanitization]
+enabled = false
+"""
+
+
+def test_the_server_answers_exactly_as_the_document_says(runtime: Runtime, tmp_path: Path) -> None:
+    # Given the committed document, which is the generated one
+    assert json.loads(DOCUMENT.read_text()) == openapi.document()
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(_config(_operator_key(runtime), tmp_path / "junit.xml"))
+
+    # When schemathesis runs every check against every operation of it
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "schemathesis"),
+            "--config-file",
+            str(config),
+            "--no-color",
+            "run",
+            str(DOCUMENT),
+            "--url",
+            runtime.url,
+            "--checks",
+            "all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HARD_LIMIT_SECONDS,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "JOINPLANE_CONTRACT_EK_PEM": str(_ek_certificate(tmp_path)),
+            "SCHEMATHESIS_TELEMETRY": "false",
+        },
+    )
+    elapsed = time.monotonic() - started
+    (tmp_path / "schemathesis.out").write_text(result.stdout + result.stderr)
+
+    # Then it finds nothing, having tested every operation, within the budget
+    report = result.stdout[:40000] + "\n...\n" + result.stdout[-6000:] + result.stderr[-4000:]
+    assert result.returncode == 0, f"schemathesis found mismatches ({elapsed:.0f} s):\n{report}"
+    operations = sum(1 for methods in json.loads(DOCUMENT.read_text())["paths"].values() for _ in methods)
+    assert f"Tested: {operations}" in result.stdout, report
+    assert elapsed < HARD_LIMIT_SECONDS
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE"])
+def test_other_methods_are_not_found(runtime: Runtime, method: str) -> None:
+    # Given every documented route (all POST), when it is called with another method,
+    # then the gateway answers as API Gateway does: 404 {"message":"Not Found"}, nothing runs
+    host, port = runtime.url.removeprefix("http://").split(":")
+    for path in json.loads(DOCUMENT.read_text())["paths"]:
+        connection = http.client.HTTPConnection(host, int(port), timeout=15)
+        try:
+            connection.request(method, path, body=b"{}", headers={"content-type": "application/json"})
+            response = connection.getresponse()
+            assert (response.status, json.loads(response.read())) == (404, {"message": "Not Found"}), path
+        finally:
+            connection.close()
