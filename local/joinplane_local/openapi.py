@@ -916,7 +916,7 @@ def _machine_operations() -> dict[str, Schema]:
                 "bootstrap). 202: deferred to an operator (`joinRequest`); retry with the same key "
                 "after `retryAfterSeconds`. A join that hands out credentials for an identity that "
                 "already exists needs `Joinplane-Proof`. See docs/join.md.",
-                "security": [],
+                "security": [{}, {"joinToken": []}],
                 "parameters": [PROOF_HEADER],
                 "requestBody": {
                     "required": True,
@@ -1209,6 +1209,12 @@ def document() -> dict[str, Any]:
             "schemas": dict(sorted(components.schemas.items())),
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key, `jpk_...`"},
+                "joinToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "/machines/join: the join token (`jpt_...`) instead of the body's "
+                    "`joinToken`; both only if they are equal (else 400, code 3)",
+                },
                 "clusterKey": {
                     "type": "apiKey",
                     "in": "header",
