@@ -39,12 +39,13 @@ class LambdaContext:
     memory_limit_in_mb: int = 1024
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test"
     aws_request_id: str = ""
+    remaining_millis: int = 10_000  # what the invocation has left (a small value: nearly out of time)
 
     def __post_init__(self) -> None:
         self.aws_request_id = str(uuid.uuid4())
 
     def get_remaining_time_in_millis(self) -> int:
-        return 10_000
+        return self.remaining_millis
 
 
 def http_event(
@@ -124,45 +125,33 @@ def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> 
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
 
 
+_last_proof_ms = 0
+_proof_lock = threading.Lock()
+
+
 def sign_proof(
     key_path: Path,
     *,
     purpose: str,
     credential: str,
     body: bytes,
-    timestamp: int | None = None,
-    nonce: str | None = None,
+    timestamp_ms: int | None = None,
     public_key: Path | None = None,
+    new_key: Path | None = None,
 ) -> str:
     """A `Joinplane-Proof` header value made as a hand-rolled client would: the README's printf,
-    signed by the openssl CLI with the machine's key file (`public_key`: send its SPKI as `key=`)."""
-    t = int(time.time()) if timestamp is None else timestamp
-    nonce = (
-        nonce
-        or subprocess.run(
-            ["openssl", "rand", "-hex", "16"], capture_output=True, check=True, text=True
-        ).stdout.strip()
-    )
+    signed by the openssl CLI with the machine's key file. `public_key` sends that key's SPKI as
+    `key=`; `new_key` (a renewal that rotates keys) adds the new key's signature as `csrsig=`."""
+    global _last_proof_ms
+    if timestamp_ms is None:
+        # Like a real client's clock: a later proof of this process is never older than an earlier one
+        with _proof_lock:
+            _last_proof_ms = timestamp_ms = max(int(time.time() * 1000), _last_proof_ms + 1)
     message = (
-        f"joinplane-proof-v1\n{purpose}\n{t}\n{nonce}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
+        f"joinplane-proof-v1\n{purpose}\n{timestamp_ms}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
         f"{hashlib.sha256(body).hexdigest()}\n"
     ).encode()
-    key_type = subprocess.run(
-        ["openssl", "pkey", "-in", str(key_path), "-noout", "-text"],
-        capture_output=True,
-        check=True,
-        text=True,
-    ).stdout
-    signed = key_path.with_name(f"proof-{nonce}.txt")
-    signed.write_bytes(message)
-    if "ED25519" in key_type.upper().split("\n", 1)[0]:
-        # openssl 3.0 signs Ed25519 only from a file ("oneshot"), never from stdin
-        command = ["openssl", "pkeyutl", "-sign", "-inkey", str(key_path), "-rawin", "-in", str(signed)]
-    else:
-        command = ["openssl", "dgst", "-sha256", "-sign", str(key_path), str(signed)]
-    signature = subprocess.run(command, capture_output=True, check=True).stdout
-    signed.unlink()
-    header = f"t={t},n={nonce},sig={base64.b64encode(signature).decode()}"
+    header = f"t={timestamp_ms},sig={_openssl_sign(key_path, message)}"
     if public_key is not None:
         spki = subprocess.run(
             ["openssl", "pkey", "-in", str(public_key), "-pubout", "-outform", "DER"],
@@ -170,7 +159,29 @@ def sign_proof(
             check=True,
         ).stdout
         header += f",key={base64.b64encode(spki).decode()}"
+    if new_key is not None:
+        header += f",csrsig={_openssl_sign(new_key, message)}"
     return header
+
+
+def _openssl_sign(key_path: Path, message: bytes) -> str:
+    kind = subprocess.run(
+        ["openssl", "pkey", "-in", str(key_path), "-noout", "-text"],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    signed = key_path.with_name(f"proof-{uuid.uuid4().hex}.txt")
+    signed.write_bytes(message)
+    try:
+        if "ED25519" in kind.upper().split("\n", 1)[0]:
+            # openssl 3.0 signs Ed25519 only from a file ("oneshot"), never from stdin
+            command = ["openssl", "pkeyutl", "-sign", "-inkey", str(key_path), "-rawin", "-in", str(signed)]
+        else:
+            command = ["openssl", "dgst", "-sha256", "-sign", str(key_path), str(signed)]
+        return base64.b64encode(subprocess.run(command, capture_output=True, check=True).stdout).decode()
+    finally:
+        signed.unlink()
 
 
 def join(

@@ -570,12 +570,14 @@ def renew(options: RenewOptions) -> Exit:
             csr = key.csr(known_id)
             client = Client(url, timeout=options.timeout)
             try:
-                # Signed with the current key, also when rotating: the server checks the renewal comes
-                # from the key it knows, and the header then names that key.
+                # Signed with the current key, also when rotating (the server knows only that one);
+                # a new key signs the same proof too, so the rotation proves both are held now.
                 response = client.post(
                     "/machines/renew",
                     {"machineToken": token, "csr": csr},
-                    proof=lambda raw: current.proof("renew", token, raw, send_key=options.rotate_key),
+                    proof=lambda raw: current.proof(
+                        "renew", token, raw, rotating_to=key if options.rotate_key else None
+                    ),
                 )
             except ApiError as failed:
                 if failed.code == "PERMISSION_DENIED":

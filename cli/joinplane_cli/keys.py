@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,18 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+_last_proof_ms = 0
+_proof_lock = threading.Lock()
+
+
+def _proof_time() -> int:
+    """Unix milliseconds, strictly increasing within this process: the server accepts a proof
+    only if it is newer than the last one it accepted for the key."""
+    global _last_proof_ms
+    with _proof_lock:
+        _last_proof_ms = max(int(time.time() * 1000), _last_proof_ms + 1)
+        return _last_proof_ms
 
 
 @dataclass(frozen=True)
@@ -44,19 +56,23 @@ class MachineKey:
         )
         return hashlib.sha256(spki).hexdigest()
 
-    def proof(self, purpose: str, credential: str, body: bytes, *, send_key: bool = False) -> str:
+    def proof(
+        self, purpose: str, credential: str, body: bytes, *, rotating_to: MachineKey | None = None
+    ) -> str:
         """A `Joinplane-Proof` header for exactly this request (docs/join.md): fresh possession of
         this key, bound to the credential sent (join token or machine token) and the body's bytes.
-        `send_key` names the key in the header, for a renewal whose CSR carries a new key."""
-        t, nonce = int(time.time()), secrets.token_hex(16)
+        `rotating_to` is the new key of a renewal that changes keys: the header then names this key
+        and carries the new key's signature too."""
+        t = _proof_time()
         message = (
-            f"joinplane-proof-v1\n{purpose}\n{t}\n{nonce}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
+            f"joinplane-proof-v1\n{purpose}\n{t}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
             f"{hashlib.sha256(body).hexdigest()}\n"
         ).encode()
-        signature = self.key.sign(message, ec.ECDSA(hashes.SHA256()))
-        header = f"t={t},n={nonce},sig={base64.b64encode(signature).decode()}"
-        if send_key:
+        header = f"t={t},sig={base64.b64encode(self.key.sign(message, ec.ECDSA(hashes.SHA256()))).decode()}"
+        if rotating_to is not None:
+            new_signature = rotating_to.key.sign(message, ec.ECDSA(hashes.SHA256()))
             header += f",key={base64.b64encode(_spki(self.key.public_key())).decode()}"
+            header += f",csrsig={base64.b64encode(new_signature).decode()}"
         return header
 
     def csr(self, common_name: str) -> str:

@@ -63,10 +63,10 @@ def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) 
     # A pending retry: token, the optimistic transaction (cancelled on the identity), the request
     assert join({"joinToken": token["token"], "csr": machine.csr}).status == 202
     assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
-    # The same retry with a key proof (as the agent sends it): + the PutItem that uses the proof up
+    # The same retry with a key proof (as the agent sends it): + the UpdateItem that moves its mark
     calls.clear()
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 202
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1, "PutItem": 1})
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1})
     admin = keyauth.verify(admin_key)
     assert admin is not None
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))

@@ -5,19 +5,9 @@ retry that follows is an ordinary join."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from tests.conftest import all_items
-from tests.support import http_event, join, load_function
-
-
-@dataclass
-class NearlyOutOfTime:
-    millis: int = 200
-    aws_request_id: str = "req-1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.millis
+from tests.support import LambdaContext, http_event, join, load_function
 
 
 def test_a_join_out_of_time_is_a_503_with_a_retry_hint_and_writes_nothing(
@@ -29,7 +19,7 @@ def test_a_join_out_of_time_is_a_503_with_a_retry_hint_and_writes_nothing(
     before = all_items()
     # When it is handled
     result = load_function("machine_join").lambda_handler(
-        http_event("/machines/join", json.dumps(body)), NearlyOutOfTime()
+        http_event("/machines/join", json.dumps(body)), LambdaContext(remaining_millis=200)
     )
     # Then it answers UNAVAILABLE (14) with RetryInfo and Retry-After, and nothing was written
     answer = json.loads(result["body"])

@@ -130,6 +130,7 @@ def test_a_key_retired_by_renewal_stays_banned(make_token, machine_factory, admi
             credential=admitted["machineToken"],
             body=json.dumps({"machineToken": admitted["machineToken"], "csr": new_key.csr}).encode(),
             public_key=old_key.key,
+            new_key=new_key.key,
         ),
     )
     assert renewed.status == 200, renewed.body

@@ -12,7 +12,22 @@ import pytest
 from joinplane import clock, keyauth, store
 from joinplane.join_requests import ApproveJoinRequest, approve
 from tests.conftest import all_items
-from tests.support import call, join, release_together, sign_proof
+from tests.support import LambdaContext, call, http_event, join, load_function, release_together, sign_proof
+
+
+@pytest.fixture
+def other_pool_token(admin_key: str, pool: dict[str, Any]) -> str:
+    """A token of pool cpu in another site of the same tenant."""
+    created = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU pool", "workspaceId": "ws-9"},
+        admin_key,
+    )
+    assert created.status == 200, created.body
+    reply = call(
+        "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
+    )
+    return str(reply.body["token"])
 
 
 def rejoin_body(token: dict[str, Any], machine: Any) -> dict[str, Any]:
@@ -89,7 +104,7 @@ def test_a_captured_proof_is_worth_nothing_again(make_token, machine_factory) ->
     # Then the first is a replay, the others do not verify; none carries credentials
     assert (as_is.status, as_is.body["message"]) == (
         401,
-        "this Joinplane-Proof was already used; sign a new one",
+        "this Joinplane-Proof is not newer than one already accepted for this key; sign a new one",
     )
     for reply in (other_token, bearer, other_body):
         assert (reply.status, reply.body["code"]) == (401, 16), reply.body
@@ -105,9 +120,10 @@ def test_the_window_is_five_minutes_back_and_one_ahead(make_token, machine_facto
     token = make_token(maxUses=5)
     machine = machine_factory()
     join(rejoin_body(token, machine))
-    now = int(clock.epoch())
-    for t, status in ((now - 301, 401), (now + 61, 401), (now - 299, 200), (now + 59, 200)):
-        raw, proof = signed(machine, token["token"], rejoin_body(token, machine), timestamp=t)
+    now = int(clock.epoch() * 1000)
+    # (in order of t: each accepted proof must be newer than the last one accepted)
+    for t, status in ((now - 301_000, 401), (now - 299_000, 200), (now + 59_000, 200), (now + 61_000, 401)):
+        raw, proof = signed(machine, token["token"], rejoin_body(token, machine), timestamp_ms=t)
         assert join(None, raw=raw, proof=proof).status == status, t
 
 
@@ -131,13 +147,14 @@ def test_a_proof_made_with_another_key_does_not_verify(make_token, machine_facto
     "header",
     [
         "garbage",
-        "t=1,sig=AAAA",  # no nonce
-        "t=abc,n=0123456789abcdef,sig=AAAA",
-        "t=1,n=short,sig=AAAA",
-        "t=1,n=0123456789abcdef,sig=not*base64",
-        "t=1,n=0123456789abcdef,sig=AAAA,sig=AAAA",
-        "t=1,n=0123456789abcdef,sig=AAAA,key=AAAA",  # a key that is no SubjectPublicKeyInfo
-        "t=1,n=0123456789abcdef,sig=" + "A" * 5000,
+        "t=1",  # no signature
+        "t=abc,sig=AAAA",
+        "t=1764530000,sig=AAAA",  # seconds, not milliseconds
+        "t=1,sig=not*base64",
+        "t=1,sig=AAAA,sig=AAAA",
+        "t=1,sig=AAAA,n=0123456789abcdef",  # a part this version does not know
+        "t=1,sig=AAAA,key=AAAA",  # a key that is no SubjectPublicKeyInfo
+        "t=1,sig=" + "A" * 5000,
     ],
 )
 def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
@@ -147,7 +164,7 @@ def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
     machine = machine_factory()
     join(rejoin_body(token, machine))
     before = all_items()
-    now = str(int(clock.epoch()))
+    now = str(int(clock.epoch() * 1000))
     reply = join(rejoin_body(token, machine), proof=header.replace("t=1,", f"t={now},"))
     if header.endswith("key=AAAA"):
         assert (reply.status, reply.body["code"]) == (400, 3), reply.body
@@ -178,17 +195,36 @@ def test_concurrent_replays_of_one_proof_admit_exactly_one(make_token, machine_f
     assert all(r.status in (401, 409) for r in replies if r.status != 200)
 
 
-def naive_use(digest: str) -> bool:
-    """A replay cache that reads, then writes: two callers can both read "unused"."""
-    if store.get(f"PROOF#{digest}", "PROOF") is not None:
+KEY = ("JOINID#acme#same-key", "JOINID")
+
+
+def naive_accept(t: int) -> bool:
+    """The mark read, then written: two callers can both read "older" and both accept."""
+    item = store.get(*KEY)
+    if item is not None and int(item.get("proofAt", -1)) >= t:
         return False
-    store.put({"pk": f"PROOF#{digest}", "sk": "PROOF"})
+    store.update(*KEY, update="SET proofAt = :t", values={":t": t})
     return True
 
 
-def test_a_read_then_write_replay_cache_lets_a_proof_through_twice(table: str) -> None:
-    accepted = release_together(lambda i: naive_use("same-proof"), 12)
-    assert sum(accepted) > 1
+def conditional_accept(t: int) -> bool:
+    """What the join does: one conditional write."""
+    try:
+        store.update(
+            *KEY,
+            update="SET proofAt = :t",
+            condition="attribute_not_exists(proofAt) OR proofAt < :t",
+            values={":t": t},
+        )
+    except store.ConditionFailed:
+        return False
+    return True
+
+
+def test_one_proof_sent_twelve_times_at_once_moves_the_mark_once_and_naively_more(table: str) -> None:
+    assert sum(release_together(lambda i: conditional_accept(1_764_000_000_000), 12)) == 1
+    store.put({"pk": KEY[0], "sk": KEY[1]})  # start the naive variant from a mark-less record too
+    assert sum(release_together(lambda i: naive_accept(1_764_000_000_000), 12)) > 1
 
 
 # --- consuming an approval ------------------------------------------------------------------
@@ -286,11 +322,22 @@ def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, mac
         new.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=new.key
     )
     assert join(None, raw=raw, proof=by_new, path="/machines/renew").status == 401
-    # Signed by the old key, named in the header: the identity moves to the new key
+    # Signed by the old key alone: refused too (the CSR's own signature is no fresh possession)
     by_old = sign_proof(
         old.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=old.key
     )
-    renewed = join(None, raw=raw, proof=by_old, path="/machines/renew")
+    alone = join(None, raw=raw, proof=by_old, path="/machines/renew")
+    assert (alone.status, alone.body["code"]) == (401, 16) and "csrsig" in alone.body["message"]
+    # Signed by both: the identity moves to the new key
+    by_both = sign_proof(
+        old.key,
+        purpose="renew",
+        credential=admitted["machineToken"],
+        body=raw,
+        public_key=old.key,
+        new_key=new.key,
+    )
+    renewed = join(None, raw=raw, proof=by_both, path="/machines/renew")
     assert renewed.status == 200, renewed.body
     # And the next renewal must be signed by the new key
     again = join(
@@ -331,3 +378,116 @@ def test_the_identity_setting_is_validated(admin_key: str, pool: dict[str, Any])
         admin_key,
     )
     assert (reply.status, reply.code) == (400, "INVALID_ARGUMENT")
+
+
+# --- what review found (each failed on the first design) ---------------------------------------
+
+
+def test_a_signed_request_that_failed_is_retired_by_the_machines_next_proof(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given an approved machine whose signed retry was captured and ran out of time uncommitted
+    token = make_token(requireApproval=True, maxUses=1)
+    machine = machine_factory()
+    request_id = join(rejoin_body(token, machine)).body["joinRequest"]["requestId"]
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    raw, captured = signed(machine, token["token"], rejoin_body(token, machine))
+    failed = load_function("machine_join").lambda_handler(
+        http_event("/machines/join", raw, {"joinplane-proof": captured}), LambdaContext(remaining_millis=200)
+    )
+    assert failed["statusCode"] == 503
+    # When the machine retries with a newer proof and gets in, and the capture is replayed later
+    admitted = join(None, raw=raw, proof=signed(machine, token["token"], rejoin_body(token, machine))[1])
+    assert admitted.status == 200, admitted.body
+    clock.advance(240)
+    stolen = join(None, raw=raw, proof=captured)
+    # Then the older proof is worth nothing, and the machine's token still works
+    assert (stolen.status, stolen.body["code"]) == (401, 16), stolen.body
+    renewed = join(
+        {"machineToken": admitted.body["machineToken"], "csr": machine.csr},
+        signed_by=machine.key,
+        path="/machines/renew",
+    )
+    assert renewed.status == 200, renewed.body
+
+
+def test_a_withheld_pending_retry_is_retired_by_a_later_poll(make_token, machine_factory, admin_key) -> None:
+    # Given a signed poll a proxy captured and dropped, and the agent's next poll delivered
+    token = make_token(requireApproval=True, maxUses=3)
+    machine = machine_factory()
+    request_id = join(rejoin_body(token, machine)).body["joinRequest"]["requestId"]
+    raw, withheld = signed(machine, token["token"], rejoin_body(token, machine))
+    assert join(rejoin_body(token, machine), signed_by=machine.key).status == 202
+    # When the operator approves and the withheld poll is delivered
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    late = join(None, raw=raw, proof=withheld)
+    # Then it gets nothing, and the approval is still the machine's
+    assert (late.status, late.body["code"]) == (401, 16), late.body
+    assert join(rejoin_body(token, machine), signed_by=machine.key).status == 200
+
+
+def test_a_fingerprint_machine_cannot_renew_into_a_key(make_token, machine_factory) -> None:
+    # Given a fingerprint-only machine whose join body was captured and replayed (a documented risk)
+    token = make_token(maxUses=1)
+    body = {"joinToken": token["token"], "machineFingerprint": "levers9-host-1"}
+    victim = join(body)
+    stolen = join(body)
+    assert stolen.status == 200
+    before = all_items()
+    # When the attacker renews with its own key
+    thief = machine_factory()
+    renewed = join(
+        {"machineToken": stolen.body["machineToken"], "csr": thief.csr},
+        signed_by=thief.key,
+        path="/machines/renew",
+    )
+    # Then there is no certificate and nothing moved: the real machine can still re-join as itself
+    assert (renewed.status, renewed.body["code"]) == (400, 9), renewed.body
+    assert all_items() == before
+    assert join(body).body["machineId"] == victim.body["machineId"]
+
+
+def test_a_rotation_must_prove_the_new_key_too(make_token, machine_factory) -> None:
+    # Given an attacker's own machine and a victim's CSR it captured (validly self-signed, not fresh)
+    token = make_token(maxUses=2)
+    attacker, victim = machine_factory(), machine_factory()
+    mine = join(rejoin_body(token, attacker)).body
+    raw = json.dumps({"machineToken": mine["machineToken"], "csr": victim.csr}).encode()
+    proof = sign_proof(
+        attacker.key, purpose="renew", credential=mine["machineToken"], body=raw, public_key=attacker.key
+    )
+    # When it renews "rotating" into the victim's key
+    rotated = join(None, raw=raw, proof=proof, path="/machines/renew")
+    # Then it is refused, and the victim's first join is an ordinary first join
+    assert (rotated.status, rotated.body["code"]) == (401, 16), rotated.body
+    assert join(rejoin_body(make_token(), victim)).status == 200
+
+
+def test_another_pools_token_learns_nothing_of_a_revoked_or_replaced_key(
+    admin_key, make_token, machine_factory, other_pool_token
+) -> None:
+    # Given a revoked machine, a machine whose key was replaced, and a live one
+    token = make_token(maxUses=3)
+    revoked, replaced, new, live = (machine_factory() for _ in range(4))
+    gone = join(rejoin_body(token, revoked)).body
+    moved = join(rejoin_body(token, replaced)).body
+    join(rejoin_body(token, live))
+    call("/api/compute/machines/revoke", {"tenantId": "acme", "machineId": gone["machineId"]}, admin_key)
+    raw = json.dumps({"machineToken": moved["machineToken"], "csr": new.csr}).encode()
+    rotation = sign_proof(
+        replaced.key,
+        purpose="renew",
+        credential=moved["machineToken"],
+        body=raw,
+        public_key=replaced.key,
+        new_key=new.key,
+    )
+    assert join(None, raw=raw, proof=rotation, path="/machines/renew").status == 200
+    # When another pool's token presents each key
+    replies = [join({"joinToken": other_pool_token, "csr": m.csr}) for m in (revoked, replaced, live)]
+    # Then all three answers are the same
+    assert len({(r.status, r.body["code"], r.body["message"]) for r in replies}) == 1, replies

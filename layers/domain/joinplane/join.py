@@ -351,24 +351,35 @@ def _claims_taken_elsewhere(failed: dict[str, Any]) -> set[tuple[str, str]]:
     return {(k, v) for label in failed if label.startswith("claim:") for _, k, v in [label.split(":", 2)]}
 
 
-def _proof_used(attempt: Attempt) -> list[tuple[str, store.Write]]:
-    """A proof that came with this join is used up by the transaction that acts on it, whatever the
-    path: a proof captured from any join must not be worth a later one."""
-    return [("proof", attempt.key_proof.write())] if attempt.key_proof else []
-
-
-def _proof_required(attempt: Attempt) -> list[tuple[str, store.Write]]:
+def _proof_required(attempt: Attempt) -> None:
     """Credentials for an identity that already exists need fresh possession of its key
     (docs/join.md, "Proof of possession"). A fingerprint identity has no key to prove with: the
     token setting `attestation.identity: key` is how a pool refuses those."""
     if attempt.key_proof is None and not attempt.identity.startswith(FINGERPRINT_PREFIX):
         raise Unauthenticated(proof.REQUIRED)
-    return _proof_used(attempt)
 
 
-def _refuse_replay(failed: dict[str, Any]) -> None:
-    if "proof" in failed:
-        raise Unauthenticated(proof.REPLAYED)
+def _marked(write: store.Write, key_proof: proof.VerifiedProof | None) -> store.Write:
+    """An identity record's Update that also moves its proof mark, on the condition that this
+    proof is newer than every one accepted before: a proof is accepted once, and an older one
+    (a signed request that was withheld, or failed) never after a newer one."""
+    if key_proof is None:
+        return write
+    return replace(
+        write,
+        update=f"{write.update}, {proof.MARK} = :proofAt",
+        condition=f"({write.condition}) AND {key_proof.newer_than_mark()}",
+        values={**write.values, ":proofAt": key_proof.timestamp_ms},
+    )
+
+
+def _identity_lost(attempt: Attempt, version: int, current: dict[str, Any] | None) -> Exception:
+    """Why an identity record's conditional write failed: another join moved it on (retry), or this
+    proof is not newer than one already accepted (a replay)."""
+    same = current is not None and current.get("version") == version
+    if same and attempt.key_proof is not None and attempt.key_proof.is_behind(current):
+        return Unauthenticated(proof.REPLAYED)
+    return Aborted("a concurrent join for this machine won; retry")
 
 
 # --- fresh joins -----------------------------------------------------------------------------
@@ -416,7 +427,8 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         ]
         if pool is not None:
             labelled.append(("pool", _pool_is_current(pool)))
-        labelled += _proof_used(attempt)
+        if attempt.key_proof is not None:
+            record[proof.MARK] = attempt.key_proof.timestamp_ms
         if verdict == attestors.DEFER:
             ttl = int(pool["joinRequestTtlSeconds"]) if pool else pools.DEFAULT_JOIN_REQUEST_TTL
             request_item = join_requests.new_item(
@@ -470,7 +482,6 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             return outcome
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
-            _refuse_replay(failed)
             if "identity" in failed and failed["identity"] is not None:
                 raise _IdentityTaken(failed["identity"]) from None
             if "token" in failed:
@@ -489,7 +500,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
 # --- retries and re-joins --------------------------------------------------------------------
 
 
-def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None, what: str) -> None:
+def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None) -> None:
     """A retry or re-join must come through a token of the same site, and of the same pool when
     both name one: another pool's token cannot consume, peek at or re-join this machine's history."""
     if token["siteId"] != site_id or (token.get("poolId") and pool_id and token["poolId"] != pool_id):
@@ -497,6 +508,9 @@ def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None, what:
 
 
 def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    # First: another pool's token learns nothing of this key, not even that it was revoked or
+    # replaced (a request's pool, set when a pool claims it, is checked again below).
+    _check_place(attempt.token, record["siteId"], record.get("poolId"))
     if record.get("retired"):
         raise PermissionDenied("this key was replaced when the machine renewed with a new key")
     if record.get("machineId"):
@@ -509,11 +523,11 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
     request_item = store.get(*join_requests.request_key(record["requestId"]))
     if request_item is None:
         raise PermissionDenied("the join request of this key no longer exists; join again with a new key")
-    _check_place(attempt.token, request_item["siteId"], request_item.get("poolId"), "machine's join request")
+    _check_place(attempt.token, request_item["siteId"], request_item.get("poolId"))
     state = join_requests.state_now(request_item)
     if state == "pending":
         if attempt.key_proof is not None:
-            attempt.key_proof.use()  # else it could consume the approval that comes later
+            _accept_while_pending(attempt)
         return _deferred(request_item)
     if state == "approved":
         return _consume(attempt, record, request_item)
@@ -527,12 +541,27 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
     raise Aborted("this join request was consumed by a concurrent join; retry")
 
 
+def _accept_while_pending(attempt: Attempt) -> None:
+    """A pending retry writes nothing else, but its proof must still move the identity's mark: the
+    same signed request, replayed after the approval, would otherwise consume it (one UpdateItem)."""
+    assert attempt.key_proof is not None
+    try:
+        store.update(
+            *machines.identity_key(attempt.tenant, attempt.identity),
+            update=f"SET {proof.MARK} = :proofAt",
+            condition=f"attribute_exists(pk) AND {attempt.key_proof.newer_than_mark()}",
+            values={":proofAt": attempt.key_proof.timestamp_ms},
+        )
+    except store.ConditionFailed:
+        raise Unauthenticated(proof.REPLAYED) from None
+
+
 def _consume(
     attempt: Attempt, record: dict[str, Any], request_item: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
     """An approved request admits exactly one join: the request's state change, the machine and the
     identity's new version are one transaction; concurrent retries lose it and get ABORTED."""
-    proof_writes = _proof_required(attempt)
+    _proof_required(attempt)
     pool = _pool(attempt.tenant, request_item["poolId"])
     machine_id = ids.new_id(machines.ID_PREFIX)
     secret = machines.mint_token(machine_id)
@@ -570,20 +599,24 @@ def _consume(
             ),
             (
                 "identity",
-                store.Write(
-                    "Update",
-                    *machines.identity_key(attempt.tenant, attempt.identity),
-                    update=(
-                        "SET machineId = :machine, poolId = :pool, version = version + :one, updatedAt = :now"
+                _marked(
+                    store.Write(
+                        "Update",
+                        *machines.identity_key(attempt.tenant, attempt.identity),
+                        update=(
+                            "SET machineId = :machine, poolId = :pool, version = version + :one, "
+                            "updatedAt = :now"
+                        ),
+                        condition="version = :version",
+                        values={
+                            ":machine": machine_id,
+                            ":pool": pool["poolId"],
+                            ":one": 1,
+                            ":now": now,
+                            ":version": record["version"],
+                        },
                     ),
-                    condition="version = :version",
-                    values={
-                        ":machine": machine_id,
-                        ":pool": pool["poolId"],
-                        ":one": 1,
-                        ":now": now,
-                        ":version": record["version"],
-                    },
+                    attempt.key_proof,
                 ),
             ),
             (
@@ -597,7 +630,6 @@ def _consume(
                 ),
             ),
             ("pool", _pool_is_current(pool)),
-            *proof_writes,
         ]
         labelled += [
             (f"claim:{k}:{v}", w)
@@ -608,7 +640,6 @@ def _consume(
             return _admitted(pool, machine_id, secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
-            _refuse_replay(failed)
             if "request" in failed:
                 current = store.get(*join_requests.request_key(request_item["requestId"]))
                 state = join_requests.state_now(current) if current else "expired"
@@ -616,7 +647,7 @@ def _consume(
                     raise PermissionDenied(f"join request {request_item['requestId']} is {state}") from None
                 raise Aborted("this approval was consumed by a concurrent join; retry") from None
             if "identity" in failed:
-                raise Aborted("a concurrent join for this machine won; retry") from None
+                raise _identity_lost(attempt, record["version"], failed["identity"]) from None
             if "pool" in failed:
                 pool = _pool(attempt.tenant, request_item["poolId"], fresh=True)
                 continue
@@ -633,8 +664,8 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     """Same identity, same pool: the same machineId, a new machine token (the old one stops
     working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
     token = attempt.token
-    _check_place(token, machine["siteId"], machine["poolId"], "machine")
-    proof_writes = _proof_required(attempt)
+    _check_place(token, machine["siteId"], machine["poolId"])
+    _proof_required(attempt)
     votes = attestors.evaluate(attempt.request, token, _facts(attempt, machine["siteId"]))
     denials = [v.message for v in votes if v.verdict == attestors.DENY]
     if denials:
@@ -682,16 +713,18 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             ),
             (
                 "identity",
-                store.Write(
-                    "Update",
-                    *machines.identity_key(attempt.tenant, attempt.identity),
-                    update="SET version = version + :one, updatedAt = :now",
-                    condition="version = :version",
-                    values={":one": 1, ":now": now, ":version": record["version"]},
+                _marked(
+                    store.Write(
+                        "Update",
+                        *machines.identity_key(attempt.tenant, attempt.identity),
+                        update="SET version = version + :one, updatedAt = :now",
+                        condition="version = :version",
+                        values={":one": 1, ":now": now, ":version": record["version"]},
+                    ),
+                    attempt.key_proof,
                 ),
             ),
             ("pool", _pool_is_current(pool)),
-            *proof_writes,
         ]
         added = [c for c in claims if c not in held]
         labelled += [
@@ -717,14 +750,13 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             return _admitted(pool, machine["machineId"], secret, cert, image, _schedulable(attempt.request))
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
-            _refuse_replay(failed)
             if "machine" in failed:
                 current = store.get(*machines.machine_key(machine["machineId"]))
                 if current is None or current["state"] != "active":
                     raise PermissionDenied("this machine has been revoked") from None
                 raise Aborted("a concurrent join for this machine won; retry") from None
             if "identity" in failed:
-                raise Aborted("a concurrent join for this machine won; retry") from None
+                raise _identity_lost(attempt, record["version"], failed["identity"]) from None
             if "pool" in failed:
                 pool = _pool(attempt.tenant, machine["poolId"], fresh=True)
                 continue
@@ -758,6 +790,7 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         # more than the join would: a used-up token, another pool's token, a retired key.
         if not _usable(token) and record.get("tokenId") != token["tokenId"]:
             raise Unauthenticated(REFUSED)
+        _check_place(token, record["siteId"], record.get("poolId"))
         try:
             if record.get("retired"):
                 raise PermissionDenied("this key was replaced when the machine renewed with a new key")
@@ -765,15 +798,13 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
                 machine = store.get(*machines.machine_key(record["machineId"]))
                 if machine is None or machine["state"] != "active":
                     raise PermissionDenied("this machine has been revoked")
-                _check_place(token, machine["siteId"], machine["poolId"], "machine")
+                _check_place(token, machine["siteId"], machine["poolId"])
                 _proof_required(attempt)
                 verdict, message = "admit", "re-join of this machine"
             else:
                 request_item = store.get(*join_requests.request_key(record["requestId"]))
                 if request_item is not None:
-                    _check_place(
-                        token, request_item["siteId"], request_item.get("poolId"), "machine's join request"
-                    )
+                    _check_place(token, request_item["siteId"], request_item.get("poolId"))
                 state = join_requests.state_now(request_item) if request_item else "expired"
                 if state == "approved":
                     _proof_required(attempt)
@@ -806,7 +837,7 @@ def _verified_proof(header: str, purpose: str, credential: str, body: bytes, csr
         purpose=purpose,
         credential=credential,
         body=body,
-        key=csr.public_key,
+        csr_key=csr.public_key,
         identity=csr.public_key_sha256,
     )
 
@@ -849,30 +880,38 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
     join identity moves with it, in the same transaction).
 
     The body carries the machine token, so a captured renewal must not be worth a certificate for
-    another key: a machine whose identity is a key proves fresh possession of that key (the
-    current one, also when rotating: `key=` then names it), and each proof is used once."""
+    another key: the renewal proves fresh possession of the machine's current key (and, when the
+    key changes, of the new one too), and moves the identity's proof mark like a re-join. A machine
+    that joined with a fingerprint only has no key and no certificate: it cannot renew into one
+    (nothing would tie the new key to the machine but its bearer token)."""
     from joinplane import ca
 
     machine_token, csr_pem = join_wire.decode_renew(body)
     machine = machines.authenticate(machine_token)
-    csr = ca.parse_csr(csr_pem)
-    key_proof = None
-    parsed = proof.parse(proof_header)
-    if parsed is not None:
-        key_proof = proof.verify(
-            parsed,
-            purpose="renew",
-            credential=machine_token,
-            body=body,
-            key=csr.public_key,
-            identity=machine["identity"],
+    if str(machine["identity"]).startswith(FINGERPRINT_PREFIX):
+        raise FailedPrecondition(
+            "this machine joined with a fingerprint only and has no certificate to renew; "
+            "join with a csr to get a key-bound identity"
         )
-    elif not str(machine["identity"]).startswith(FINGERPRINT_PREFIX):
+    csr = ca.parse_csr(csr_pem)
+    parsed = proof.parse(proof_header)
+    if parsed is None:
         raise Unauthenticated(proof.REQUIRED)
+    key_proof = proof.verify(
+        parsed,
+        purpose="renew",
+        credential=machine_token,
+        body=body,
+        csr_key=csr.public_key,
+        identity=machine["identity"],
+    )
+    rotating = csr.public_key_sha256 != machine["identity"]
+    current_pk, current_sk = machines.identity_key(machine["tenantId"], machine["identity"])
     pool = _pool(machine["tenantId"], machine["poolId"])
     for _ in range(3):
-        deadline.check()  # a retry that cannot finish answers 503, not a gateway timeout
+        deadline.check()
         cert = _certificate(csr, pool, machine["machineId"])
+        now = clock.rfc3339(clock.now())
         labelled: list[tuple[str, store.Write]] = [
             (
                 "machine",
@@ -896,29 +935,33 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
             ),
             # The certificate's lifetime comes from the pool: the pool as read, or read again.
             ("pool", _pool_is_current(pool)),
-        ]
-        if key_proof is not None:
-            labelled.append(("proof", key_proof.write()))
-        if csr.public_key_sha256 != machine["identity"]:
-            old_pk, old_sk = machines.identity_key(machine["tenantId"], machine["identity"])
-            new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
-            now = clock.rfc3339(clock.now())
-            labelled += [
-                # The old key's record stays, retired, so that key can never join again (a revoked
-                # machine's earlier key must stay banned too).
-                (
-                    "retire",
+            # The current key's record: its proof mark moves (and it is retired when the key changes,
+            # so that key can never join again; a revoked machine's earlier key stays banned too).
+            (
+                "identity",
+                _marked(
                     store.Write(
                         "Update",
-                        old_pk,
-                        old_sk,
-                        update="SET retired = :yes, retiredAt = :now",
+                        current_pk,
+                        current_sk,
+                        update="SET updatedAt = :now"
+                        + (", retired = :yes, retiredAt = :now" if rotating else ""),
                         condition="machineId = :me",
-                        values={":yes": True, ":now": now, ":me": machine["machineId"]},
+                        values={
+                            ":now": now,
+                            ":me": machine["machineId"],
+                            **({":yes": True} if rotating else {}),
+                        },
                     ),
+                    key_proof,
                 ),
+            ),
+        ]
+        if rotating:
+            new_pk, new_sk = machines.identity_key(machine["tenantId"], csr.public_key_sha256)
+            labelled.append(
                 (
-                    "identity",
+                    "new-identity",
                     store.Write(
                         "Put",
                         item={
@@ -931,21 +974,26 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
                             "poolId": machine["poolId"],
                             "machineId": machine["machineId"],
                             "version": 1,
+                            proof.MARK: key_proof.timestamp_ms,
                             "createdAt": now,
                             "updatedAt": now,
                         },
                         condition="attribute_not_exists(pk)",
                     ),
-                ),
-            ]
+                )
+            )
         try:
             store.transact([w for _, w in labelled])
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
-            _refuse_replay(failed)
-            if "machine" in failed or "retire" in failed:
+            if "machine" in failed:
                 raise PermissionDenied("this machine has been revoked or its token replaced") from None
             if "identity" in failed:
+                current = failed["identity"]
+                if current is not None and current.get("machineId") == machine["machineId"]:
+                    raise Unauthenticated(proof.REPLAYED) from None
+                raise PermissionDenied("this machine has been revoked or its token replaced") from None
+            if "new-identity" in failed:
                 raise FailedPrecondition("this key already belongs to another machine identity") from None
             if "pool" in failed:
                 pool = _pool(machine["tenantId"], machine["poolId"], fresh=True)

@@ -1,33 +1,37 @@
 """Proof of fresh possession of a machine's key (the `Joinplane-Proof` header).
 
-Why: a CSR is neither fresh nor secret (it travels in every join and the agent keeps it world-
-readable), so a CSR alone must never be worth credentials for an identity that already exists. A
-re-join, the join that consumes an approval, and a renewal therefore carry a signature, made with
-the identity's private key within the last few minutes, over exactly this request:
+Why: a CSR is neither fresh nor secret (it travels in every join), so a CSR alone must never be
+worth credentials for an identity that already exists. A re-join, the join that consumes an
+approval, and a renewal therefore carry a signature, made with the identity's private key within
+the last few minutes, over exactly this request:
 
-    joinplane-proof-v1\\n<purpose>\\n<t>\\n<n>\\n<sha256 hex of the credential>\\n<sha256 hex of the body>\\n
+    joinplane-proof-v1\\n<purpose>\\n<t>\\n<sha256 hex of the credential>\\n<sha256 hex of the body>\\n
 
-`purpose` is `join` or `renew`; `t` is Unix seconds; `n` is a random nonce of the client's (16 to
-64 of `[A-Za-z0-9_-]`: two proofs of one request in the same second must differ, or the second
-would read as a replay; Ed25519 and RSA signatures are deterministic); the credential is the join
-token (join) or the machine token (renew) as sent; the body is the request body's bytes as sent.
-The token names the pool, so the proof is bound to token, pool and body: replayed with another
-token or another body it does not verify.
+`purpose` is `join` or `renew`; `t` is Unix time in milliseconds; the credential is the join token
+(join) or the machine token (renew) as sent; the body is the request body's bytes as sent. The
+token names the pool, so the proof is bound to token, pool and body: replayed with another token
+or another body it does not verify.
+
+"Accepted once" is a high-water mark on the identity record (`proofAt`): a proof is accepted only
+if its `t` is newer than every proof accepted for that key before, checked and moved by the same
+conditional write that acts on it. Why not a cache of used proofs: a signed request that never
+committed (dropped by a proxy, out of time, a lost race) would stay usable for the whole window
+while the machine, retrying with a newer proof, got in; with the mark, the machine's next accepted
+proof retires every older one, delivered or not. It also keys on the identity, not on signature
+bytes, so ECDSA's malleable signatures (`s` and `n - s`) give a replayer nothing.
 
 Why a signed timestamp and not a server nonce: a nonce needs its own round trip and a stored
-challenge (one more write per join); a timestamp costs nothing until it is used, and "accepted
-once" is one more conditional Put in the transaction the join already makes (`PROOF#<digest of the
-signed message>`, `attribute_not_exists`). The cache keys on the *message*, not the signature:
-ECDSA signatures are malleable, so keying on signature bytes would let a replayer mint a "new"
-proof from a captured one. Records outlive the window (TTL) and the window check comes first, so
-an expired record that DynamoDB has not deleted yet changes nothing.
+challenge (a write before every such join); the timestamp costs nothing until it is used, and the
+mark rides in the transaction the join makes anyway.
 
-Header: `Joinplane-Proof: t=<unix seconds>,n=<nonce>,sig=<base64>[,key=<base64 DER SPKI>]`.
-`key` is needed only when the signer is not the CSR's key (a renewal that rotates the key signs
-with the old one). Signatures: ECDSA with SHA-256 (DER, what `openssl dgst -sha256 -sign` makes),
-RSA PKCS#1 v1.5 with SHA-256, or Ed25519 over the message itself.
+Header: `Joinplane-Proof: t=<unix ms>,sig=<base64>[,key=<base64 DER SPKI>][,csrsig=<base64>]`.
+`key` names the signer when it is not the CSR's key (a renewal that rotates the key signs with the
+current one); `csrsig` is then the new key's signature over the same bytes, so a rotation proves
+fresh possession of both keys (the CSR's own signature is not fresh: anyone holding a copy of the
+CSR could rotate another machine into it). Signatures: ECDSA with SHA-256 (DER, what `openssl dgst
+-sha256 -sign` makes), RSA PKCS#1 v1.5 with SHA-256, or Ed25519 over the bytes themselves.
 
-`cryptography` is imported inside `verify` only: the proof costs nothing at cold start.
+`cryptography` is imported inside the functions only: the proof costs nothing at cold start.
 """
 
 from __future__ import annotations
@@ -39,17 +43,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from joinplane import clock, store
+from joinplane import clock
 from joinplane.errors import InvalidArgument, Unauthenticated
 
 HEADER = "joinplane-proof"
 VERSION = "joinplane-proof-v1"
-# How old a proof may be, and how far ahead of ours a machine's clock may run.
-WINDOW_SECONDS = 300
-FUTURE_SKEW_SECONDS = 60
+# How old a proof may be, and how far ahead of ours a machine's clock may run (milliseconds).
+WINDOW_MS = 300_000
+FUTURE_SKEW_MS = 60_000
 MAX_HEADER_CHARS = 4096
-# Proof records are kept past the window; after it the timestamp alone refuses the proof.
-RECORD_TTL_SECONDS = WINDOW_SECONDS + FUTURE_SKEW_SECONDS + 3600
+# The attribute of the identity record that holds the newest accepted proof's `t`.
+MARK = "proofAt"
 
 REQUIRED = (
     "this key has joined before: credentials for it are handed out again only with a fresh proof of "
@@ -57,48 +61,34 @@ REQUIRED = (
 )
 STALE = "the Joinplane-Proof is too old or from the future (check the machine's clock)"
 BAD = "the Joinplane-Proof signature does not verify for this request and key"
-REPLAYED = "this Joinplane-Proof was already used; sign a new one"
+REPLAYED = "this Joinplane-Proof is not newer than one already accepted for this key; sign a new one"
+ROTATION = "a renewal that changes the key needs csrsig=, the new key's signature over the same proof"
 
 _B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
 @dataclass(frozen=True)
 class Proof:
-    timestamp: int
-    nonce: str
+    timestamp_ms: int
     signature: bytes
     key_der: bytes | None
+    csr_signature: bytes | None
 
 
 @dataclass(frozen=True)
 class VerifiedProof:
-    """A proof that verified and has not been used yet; `write` uses it up (in a transaction)."""
+    """A proof that verified. It is accepted by the write that moves the identity's mark to `t`,
+    on the condition that the mark is older (`newer_than_mark`)."""
 
-    digest: str
-    signer_sha256: str
-    timestamp: int
+    timestamp_ms: int
 
-    def write(self) -> store.Write:
-        pk = f"PROOF#{self.digest}"
-        return store.Write(
-            "Put",
-            item={
-                "pk": pk,
-                "sk": "PROOF",
-                "signer": self.signer_sha256,
-                "ttl": self.timestamp + RECORD_TTL_SECONDS,
-            },
-            condition="attribute_not_exists(pk)",
-        )
+    def newer_than_mark(self) -> str:
+        """A condition for an identity record's write: this proof is newer than every one before."""
+        return f"(attribute_not_exists({MARK}) OR {MARK} < :proofAt)"
 
-    def use(self) -> None:
-        """Use the proof up on a path that writes nothing else (a pending retry)."""
-        record = self.write()
-        assert record.item is not None
-        try:
-            store.put(record.item, condition=record.condition)
-        except store.ConditionFailed:
-            raise Unauthenticated(REPLAYED) from None
+    def is_behind(self, item: dict[str, Any] | None) -> bool:
+        """Whether a write failed because the record already holds this proof or a newer one."""
+        return item is not None and int(item.get(MARK, -1)) >= self.timestamp_ms
 
 
 def _b64(value: str, name: str) -> bytes:
@@ -119,70 +109,86 @@ def parse(header: str) -> Proof | None:
     parts: dict[str, str] = {}
     for part in header.split(","):
         name, sep, value = part.strip().partition("=")
-        if not sep or name not in ("t", "n", "sig", "key"):
+        if not sep or name not in ("t", "sig", "key", "csrsig"):
             raise InvalidArgument(
-                "Joinplane-Proof must be t=<unix seconds>,n=<nonce>,sig=<base64>[,key=<base64>]"
+                "Joinplane-Proof must be t=<unix ms>,sig=<base64>[,key=<base64>][,csrsig=<base64>]"
             )
         if name in parts:
             raise InvalidArgument(f"Joinplane-Proof gives {name} twice")
         parts[name] = value.strip()
-    if not {"t", "n", "sig"} <= parts.keys():
-        raise InvalidArgument("Joinplane-Proof needs t=, n= and sig=")
-    if not re.fullmatch(r"[0-9]{1,12}", parts["t"]):
-        raise InvalidArgument("Joinplane-Proof t must be Unix seconds")
-    if not re.fullmatch(r"[A-Za-z0-9_-]{16,64}", parts["n"]):
-        raise InvalidArgument("Joinplane-Proof n must be 16 to 64 of A-Z a-z 0-9 _ -")
+    if not {"t", "sig"} <= parts.keys():
+        raise InvalidArgument("Joinplane-Proof needs t= and sig=")
+    if not re.fullmatch(r"[0-9]{13}", parts["t"]):
+        raise InvalidArgument("Joinplane-Proof t must be Unix time in milliseconds (13 digits)")
     return Proof(
-        timestamp=int(parts["t"]),
-        nonce=parts["n"],
+        timestamp_ms=int(parts["t"]),
         signature=_b64(parts["sig"], "sig"),
         key_der=_b64(parts["key"], "key") if "key" in parts else None,
+        csr_signature=_b64(parts["csrsig"], "csrsig") if "csrsig" in parts else None,
     )
 
 
-def message(purpose: str, timestamp: int, nonce: str, credential: str, body: bytes) -> bytes:
+def message(purpose: str, timestamp_ms: int, credential: str, body: bytes) -> bytes:
     """The signed bytes; clients build exactly this (README has it as a printf)."""
     return (
-        f"{VERSION}\n{purpose}\n{timestamp}\n{nonce}\n"
+        f"{VERSION}\n{purpose}\n{timestamp_ms}\n"
         f"{hashlib.sha256(credential.encode()).hexdigest()}\n{hashlib.sha256(body).hexdigest()}\n"
     ).encode()
 
 
+def _spki_sha256(key: Any) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    spki = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(spki).hexdigest()
+
+
+def _verifies(key: Any, signature: bytes, signed: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+
+    try:
+        if isinstance(key, ec.EllipticCurvePublicKey):
+            key.verify(signature, signed, ec.ECDSA(hashes.SHA256()))
+        elif isinstance(key, rsa.RSAPublicKey):
+            key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+        elif isinstance(key, ed25519.Ed25519PublicKey):
+            key.verify(signature, signed)
+        else:
+            return False
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
 def verify(
-    proof: Proof, *, purpose: str, credential: str, body: bytes, key: Any, identity: str
+    proof: Proof, *, purpose: str, credential: str, body: bytes, csr_key: Any, identity: str
 ) -> VerifiedProof:
     """Check `proof` was made within the window by the key whose SPKI hashes to `identity`.
 
-    `key` is the CSR's public key; the header's `key=` (if any) replaces it, and is then what must
-    hash to `identity`."""
-    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+    The signer is the CSR's key unless the header names another (`key=`); when the CSR's key is not
+    the signer (a key rotation), `csrsig=` must prove fresh possession of the CSR's key too."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
 
-    now = int(clock.epoch())
-    if not now - WINDOW_SECONDS <= proof.timestamp <= now + FUTURE_SKEW_SECONDS:
+    now_ms = int(clock.epoch() * 1000)
+    if not now_ms - WINDOW_MS <= proof.timestamp_ms <= now_ms + FUTURE_SKEW_MS:
         raise Unauthenticated(STALE)
+    signer = csr_key
     if proof.key_der is not None:
         try:
-            key = serialization.load_der_public_key(proof.key_der)
+            signer = serialization.load_der_public_key(proof.key_der)
         except (ValueError, UnsupportedAlgorithm):
             raise InvalidArgument("Joinplane-Proof key is not a DER SubjectPublicKeyInfo") from None
-    spki = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    signer = hashlib.sha256(spki).hexdigest()
-    if signer != identity:
+    if _spki_sha256(signer) != identity:
         raise Unauthenticated("the Joinplane-Proof must be signed with the machine's current key")
-    signed = message(purpose, proof.timestamp, proof.nonce, credential, body)
-    try:
-        if isinstance(key, ec.EllipticCurvePublicKey):
-            key.verify(proof.signature, signed, ec.ECDSA(hashes.SHA256()))
-        elif isinstance(key, rsa.RSAPublicKey):
-            key.verify(proof.signature, signed, padding.PKCS1v15(), hashes.SHA256())
-        elif isinstance(key, ed25519.Ed25519PublicKey):
-            key.verify(proof.signature, signed)
-        else:
+    signed = message(purpose, proof.timestamp_ms, credential, body)
+    if not _verifies(signer, proof.signature, signed):
+        raise Unauthenticated(BAD)
+    if _spki_sha256(csr_key) != identity:
+        if proof.csr_signature is None:
+            raise Unauthenticated(ROTATION)
+        if not _verifies(csr_key, proof.csr_signature, signed):
             raise Unauthenticated(BAD)
-    except (InvalidSignature, ValueError):
-        raise Unauthenticated(BAD) from None
-    # One record per signed message and signer: the same message can be accepted once only.
-    digest = hashlib.sha256(signer.encode() + b"\n" + signed).hexdigest()
-    return VerifiedProof(digest=digest, signer_sha256=signer, timestamp=proof.timestamp)
+    return VerifiedProof(timestamp_ms=proof.timestamp_ms)
