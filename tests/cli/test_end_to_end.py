@@ -268,6 +268,28 @@ def test_an_admitted_machine_renews_its_certificate(cli: Cli, tmp_path: Path) ->
     assert again.code == 2 and "already holds the identity of machine" in again.err
 
 
+def test_a_machine_rotates_its_key_and_renews_with_the_new_one(cli: Cli, tmp_path: Path) -> None:
+    # Given an admitted machine
+    pool = cli.new_pool()
+    machine_dir = tmp_path / "m"
+    cli.ok("join", "--token", cli.new_token(pool), "--dir", str(machine_dir))
+    old_key = (machine_dir / "machine.key").read_text()
+    # When it renews with a new key (the proof is signed by both keys), then renews again
+    rotated = cli.run("renew", "--dir", str(machine_dir), "--rotate-key")
+    again = cli.run("renew", "--dir", str(machine_dir))
+    # Then both succeed, the key on disk is the new one, and its certificate verifies
+    assert rotated.code == 0, rotated.err
+    assert again.code == 0, again.err
+    assert (machine_dir / "machine.key").read_text() != old_key
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", "ca.crt", "machine.crt"],
+        cwd=machine_dir,
+        capture_output=True,
+        check=False,
+    )
+    assert verified.returncode == 0
+
+
 def test_a_machine_that_lost_its_files_after_admission_joins_again_as_itself(
     cli: Cli, tmp_path: Path
 ) -> None:
