@@ -107,6 +107,22 @@ def make_token(admin_key: str, pool: dict[str, Any]) -> Callable[..., dict[str, 
     return make
 
 
+@pytest.fixture
+def other_pool(admin_key: str, pool: dict[str, Any]) -> str:
+    """A token (5 uses) of pool cpu, in another site (rack-2) of the same tenant."""
+    reply = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU pool", "workspaceId": "ws-9"},
+        admin_key,
+    )
+    assert reply.status == 200
+    return str(
+        call(
+            "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
+        ).body["token"]
+    )
+
+
 def openssl_verify(tmp_path: Path, ca_pem: str, cert_pem: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "ca.crt").write_text(ca_pem)
     (tmp_path / "machine.crt").write_text(cert_pem)

@@ -14,21 +14,6 @@ from tests.conftest import all_items
 from tests.support import call, join, sign_proof
 
 
-@pytest.fixture
-def other_pool(admin_key: str, pool: dict[str, Any]) -> str:
-    reply = call(
-        "/api/compute/pools/create",
-        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU pool", "workspaceId": "ws-9"},
-        admin_key,
-    )
-    assert reply.status == 200
-    return str(
-        call(
-            "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
-        ).body["token"]
-    )
-
-
 def approve(admin_key: str, request_id: str, **extra: Any) -> dict[str, Any]:
     reply = call(
         "/api/compute/joinRequests/approve",

@@ -15,21 +15,6 @@ from tests.conftest import all_items
 from tests.support import LambdaContext, call, http_event, join, load_function, release_together, sign_proof
 
 
-@pytest.fixture
-def other_pool_token(admin_key: str, pool: dict[str, Any]) -> str:
-    """A token of pool cpu in another site of the same tenant."""
-    created = call(
-        "/api/compute/pools/create",
-        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU pool", "workspaceId": "ws-9"},
-        admin_key,
-    )
-    assert created.status == 200, created.body
-    reply = call(
-        "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
-    )
-    return str(reply.body["token"])
-
-
 def rejoin_body(token: dict[str, Any], machine: Any) -> dict[str, Any]:
     return {"joinToken": token["token"], "csr": machine.csr, "hostname": "gpu-01"}
 
@@ -468,7 +453,7 @@ def test_a_rotation_must_prove_the_new_key_too(make_token, machine_factory) -> N
 
 
 def test_another_pools_token_learns_nothing_of_a_revoked_or_replaced_key(
-    admin_key, make_token, machine_factory, other_pool_token
+    admin_key, make_token, machine_factory, other_pool
 ) -> None:
     # Given a revoked machine, a machine whose key was replaced, and a live one
     token = make_token(maxUses=3)
@@ -488,6 +473,6 @@ def test_another_pools_token_learns_nothing_of_a_revoked_or_replaced_key(
     )
     assert join(None, raw=raw, proof=rotation, path="/machines/renew").status == 200
     # When another pool's token presents each key
-    replies = [join({"joinToken": other_pool_token, "csr": m.csr}) for m in (revoked, replaced, live)]
+    replies = [join({"joinToken": other_pool, "csr": m.csr}) for m in (revoked, replaced, live)]
     # Then all three answers are the same
     assert len({(r.status, r.body["code"], r.body["message"]) for r in replies}) == 1, replies
