@@ -853,25 +853,24 @@ def _join_schemas() -> dict[str, Schema]:
     }
 
 
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
+
 PROOF_HEADER: Schema = {
     "name": "Joinplane-Proof",
     "in": "header",
     "required": False,
     "description": "Fresh proof of possession of the machine's key, needed whenever credentials "
     "for an identity that already exists are handed out (a re-join, consuming an approval, a "
-    "renewal): `t=<unix seconds>,n=<nonce>,sig=<base64>[,key=<base64 DER SPKI>]`, a signature "
-    "over `joinplane-proof-v1\\n<join|renew>\\n<t>\\n<n>\\n<sha256 hex of the token>\\n<sha256 hex "
-    f"of the body>\\n` made within {proof.WINDOW_SECONDS} s, accepted once. See docs/join.md.",
+    "renewal): `t=<unix ms>,sig=<base64>[,key=<base64 DER SPKI>][,csrsig=<base64>]`, signatures "
+    "over `joinplane-proof-v1\\n<join|renew>\\n<t>\\n<sha256 hex of the token>\\n<sha256 hex of "
+    f"the body>\\n` made within {proof.WINDOW_MS // 1000} s, each accepted once (newer than every "
+    "proof accepted for the key before). See docs/join.md.",
     "schema": {
         "type": "string",
         "maxLength": proof.MAX_HEADER_CHARS,
-        "pattern": (
-            r"^t=[0-9]{1,12},n=[A-Za-z0-9_-]{16,64},sig=(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}"
-            r"|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)(?:,key=(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}"
-            r"|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=))?$"
-        ),
+        "pattern": rf"^t=[0-9]{{13}},sig={_BASE64}(?:,key={_BASE64})?(?:,csrsig={_BASE64})?$",
     },
-    "example": "t=1795003200,n=k3J9xQ2mV8pL5wR1,sig=MEUCIQDx",
+    "example": "t=1795003200123,sig=MEUCIQDx",
 }
 
 
