@@ -10,7 +10,7 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate build runtime pytest bench clean tools
+.PHONY: setup run test lint typecheck validate build runtime pytest contract bench clean tools
 
 setup: $(STAMP) tools
 
@@ -57,6 +57,11 @@ pytest: setup
 
 test: setup lint typecheck validate build runtime
 	JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest
+
+# shared/openapi.json against the local runtime (schemathesis, every check; part of `make test`).
+# JOINPLANE_SCHEMATHESIS_SECONDS=600 JOINPLANE_SCHEMATHESIS_EXAMPLES=200 make contract digs deeper.
+contract: setup tools
+	$(BIN)/pytest tests/contract
 
 bench: setup build runtime
 	$(PY) -m tests.bench
