@@ -187,7 +187,21 @@ def test_the_server_answers_exactly_as_the_document_says(runtime: Runtime, tmp_p
     assert elapsed < HARD_LIMIT_SECONDS
 
 
-@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "GET",
+        "PUT",
+        "PATCH",
+        "DELETE",
+        pytest.param(
+            "TRACE",
+            marks=pytest.mark.xfail(
+                strict=True, reason="the local gateway answers TRACE (and QUERY, CONNECT) 501, a 5xx"
+            ),
+        ),
+    ],
+)
 def test_other_methods_are_not_found(runtime: Runtime, method: str) -> None:
     # Given every documented route (all POST), when it is called with another method,
     # then the gateway answers as API Gateway does: 404 {"message":"Not Found"}, nothing runs
