@@ -771,7 +771,9 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(response.body)
 
+        # Every method reaches routing, so one no route has is API Gateway's 404, never a 501.
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+        do_TRACE = do_CONNECT = do_QUERY = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per request comes from _reply

@@ -194,12 +194,8 @@ def test_the_server_answers_exactly_as_the_document_says(runtime: Runtime, tmp_p
         "PUT",
         "PATCH",
         "DELETE",
-        pytest.param(
-            "TRACE",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the local gateway answers TRACE (and QUERY, CONNECT) 501, a 5xx"
-            ),
-        ),
+        "TRACE",
+        "QUERY",
     ],
 )
 def test_other_methods_are_not_found(runtime: Runtime, method: str) -> None:

@@ -103,3 +103,13 @@ def test_a_malformed_grant_fails_the_whole_key(admin_key: str) -> None:
 def test_unknown_routes_answer_in_the_envelope(admin_key: str) -> None:
     reply = call("/api/compute/pools/destroy", {}, admin_key)
     assert (reply.status, reply.code) == (404, "NOT_FOUND")
+
+
+def test_a_whole_number_written_with_a_fraction_is_an_integer(admin_key: str) -> None:
+    # JSON has one number type: 2.0 is the integer 2 (JSON Schema agrees); 2.5 and "2" are not
+    body = b'{"tenantId": "dev", "limit": 2.0}'
+    assert call("/api/compute/pools/list", None, admin_key, raw=body).status == 200
+    assert call("/api/compute/pools/list", None, admin_key, raw=body.replace(b"2.0", b"2e0")).status == 200
+    for wrong in (b"2.5", b'"2"', b"1e400"):
+        reply = call("/api/compute/pools/list", None, admin_key, raw=body.replace(b"2.0", wrong))
+        assert (reply.status, reply.code) == (400, "INVALID_ARGUMENT"), wrong
