@@ -14,12 +14,13 @@ as long as it runs and puts back on `stop()`, so a test session can start and st
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -102,6 +103,7 @@ class Runtime:
     workers: Workers
     dev: DevTenant | None = None
     _emulator: embedded.Emulator | None = field(default=None, repr=False)
+    _forget: Callable[[], None] | None = field(default=None, repr=False)
     _environment: _Environment = field(default_factory=_Environment, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
@@ -117,7 +119,7 @@ class Runtime:
         if self._stopped:
             return
         self._stopped = True
-        _shutdown(self.gateway, self.workers, self._emulator, self.functions, self._environment)
+        _shutdown(self.gateway, self.workers, self._emulator, self.functions, self._environment, self._forget)
 
     def __enter__(self) -> Runtime:
         return self
@@ -128,18 +130,31 @@ class Runtime:
         self.stop()
 
 
+def _forget_tables(template: Template, clients: ClientFactory) -> None:
+    """An embedded runtime's state lives in memory and dies with it. moto's backends are shared by
+    every server in one process, so a stopped runtime deletes its tables: the next embedded runtime
+    of the process (a test module's, after another's) starts empty, as `make run` promises."""
+    dynamodb = clients("dynamodb")
+    for definition in template.table_definitions().values():
+        with suppress(Exception):  # already gone, or the emulator is going: nothing to keep
+            dynamodb.delete_table(TableName=definition["create"]["TableName"])
+
+
 def _shutdown(
     gateway: Gateway | None,
     workers: Workers | None,
     emulator: embedded.Emulator | None,
     functions: Functions | None,
     environment: _Environment,
+    forget: Callable[[], None] | None = None,
 ) -> None:
     if gateway is not None:
         gateway.stop()
     if workers is not None:
         workers.stop()
     if emulator is not None:
+        if forget is not None:
+            forget()
         emulator.stop()
     if functions is not None:
         functions.unload()
@@ -219,6 +234,7 @@ def start_runtime(
     gateway: Gateway | None = None
     worker_set: Workers | None = None
     functions: Functions | None = None
+    forget: Callable[[], None] | None = None
     try:
         if mode == "aws":
             environment.unset("AWS_ENDPOINT_URL")
@@ -262,6 +278,8 @@ def start_runtime(
                     "give --stack-name, or --table-name and --event-bus-name"
                 )
         template = Template(document, names)
+        if mode == "embedded":
+            forget = functools.partial(_forget_tables, template, clients)
         if mode != "aws":
             try:
                 create_resources(template, clients)
@@ -297,7 +315,7 @@ def start_runtime(
         admin_key, dev = _seed(out, url) if seed else (None, None)
         gateway.start()
     except BaseException:
-        _shutdown(gateway, worker_set, emulator, functions, environment)
+        _shutdown(gateway, worker_set, emulator, functions, environment, forget)
         raise
     return Runtime(
         url=url,
@@ -310,6 +328,7 @@ def start_runtime(
         workers=worker_set,
         dev=dev,
         _emulator=emulator,
+        _forget=forget,
         _environment=environment,
     )
 

@@ -3,8 +3,10 @@ a platform-admin API key (fixed by JOINPLANE_DEV_ADMIN_KEY, so scripts can keep 
 
 from __future__ import annotations
 
+import contextlib
+
 from joinplane import apikeys, credentials, keyauth, pools, store
-from joinplane.errors import AlreadyExists
+from joinplane.errors import AlreadyExists, InvalidState
 from joinplane.grants import Grant
 
 DEV_TENANT, DEV_SITE, DEV_POOL = "dev", "dev-site", "dev-pool"
@@ -51,5 +53,7 @@ def seed_dev_tenant(admin_key: str | None, public_url: str = "http://127.0.0.1:3
     except AlreadyExists:
         # A persistent endpoint (--endpoint-url) keeps the pool from an earlier run, which served
         # another URL: point its machines at this one.
-        pools.update(admin, pools.UpdatePool(tenantId=DEV_TENANT, poolId=DEV_POOL, bootstrap=bootstrap))
+        # Archived there (by its user, or a test sharing the emulator): archived it stays.
+        with contextlib.suppress(InvalidState):
+            pools.update(admin, pools.UpdatePool(tenantId=DEV_TENANT, poolId=DEV_POOL, bootstrap=bootstrap))
     return secret
