@@ -9,6 +9,8 @@ and the tests point every function at the embedded moto server.
 import functools
 from typing import Any
 
+from joinplane import container
+
 
 @functools.cache
 def _session() -> Any:
@@ -27,6 +29,7 @@ def client(service: str) -> Any:
     )
 
 
+@container.on_reset
 def reset() -> None:
     """Forget every client and the session (tests and the local runtime, when the endpoint changes)."""
     client.cache_clear()

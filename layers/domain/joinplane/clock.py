@@ -8,6 +8,8 @@ without sleeping; deployed, the offset is always zero.
 import time
 from datetime import UTC, datetime
 
+from joinplane import container
+
 _offset_seconds = 0.0
 
 
@@ -28,6 +30,7 @@ def advance(seconds: float) -> float:
     return _offset_seconds
 
 
+@container.on_reset
 def reset() -> None:
     global _offset_seconds
     _offset_seconds = 0.0

@@ -7,6 +7,8 @@ import functools
 import os
 from dataclasses import dataclass
 
+from joinplane import container
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -27,3 +29,6 @@ def settings() -> Settings:
         ca_secret_prefix=os.environ.get("CA_SECRET_PREFIX", "joinplane/ca"),
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
     )
+
+
+container.on_reset(settings.cache_clear)
