@@ -4,6 +4,7 @@ authorizer and handler with API Gateway HTTP API (payload 2.0) events."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
 import json
@@ -17,20 +18,52 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from joinplane import routes
+from joinplane_local.functions import FunctionSpec, specs_from_template
+from joinplane_local.template import Template, load
+
 ROOT = Path(__file__).resolve().parents[1]
 _loaded: dict[str, ModuleType] = {}
 
 
-def load_function(folder: str) -> ModuleType:
-    """functions/<folder>/app.py under a unique module name (every function file is app.py)."""
-    if folder not in _loaded:
-        path = ROOT / "functions" / folder / "app.py"
-        spec = importlib.util.spec_from_file_location(f"fn_{folder}", path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _loaded[folder] = module
-    return _loaded[folder]
+@functools.cache
+def function_specs() -> dict[str, FunctionSpec]:
+    """The template's functions by logical id: folder (CodeUri), handler module and attribute."""
+    return specs_from_template(Template(load()))
+
+
+def load_function(name: str) -> ModuleType:
+    """A function's handler module, by logical id (`PoolsFunction`) or by its folder under
+    functions/ (`pools`), imported under a unique module name (every handler file is app.py)."""
+    specs = function_specs()
+    spec = specs.get(name) or next(s for s in specs.values() if s.code_dir == ROOT / "functions" / name)
+    if spec.logical_id not in _loaded:
+        found = importlib.util.spec_from_file_location(f"fn_{spec.code_dir.name}", spec.module_file)
+        assert found and found.loader
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
+        _loaded[spec.logical_id] = module
+    return _loaded[spec.logical_id]
+
+
+def function_of(path: str, method: str = "POST") -> str:
+    """The logical id of the function the route table gives `method path`. A path the table
+    lacks goes to the function serving its siblings (`pools/destroy`: the pools function), to see
+    what a function answers for a route it does not serve."""
+    try:
+        return routes.at(method, path).function
+    except LookupError:
+        parent = path.rsplit("/", 1)[0] + "/"
+        return next(route.function for route in routes.ROUTES if route.path.startswith(parent))
+
+
+def route_handler(path: str, method: str = "POST") -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """The Lambda handler of the function that serves `method path`."""
+    function = function_specs()[function_of(path, method)]
+    handler: Callable[[dict[str, Any], Any], dict[str, Any]] = getattr(
+        load_function(function.logical_id), function.handler_attr
+    )
+    return handler
 
 
 @dataclass
@@ -90,19 +123,6 @@ def http_event(
     return event
 
 
-FOLDER_OF = {
-    "apiKeys": "api_keys",
-    "pools": "pools",
-    "joinTokens": "join_tokens",
-    "machines": "machines",
-    "discovery": "discovery",
-    "tpmAllowList": "tpm_allow_list",
-    "joinRequests": "join_requests",
-    "auditEvents": "audit_events",
-    "clusters": "clusters",
-}
-
-
 @dataclass
 class Reply:
     status: int
@@ -118,10 +138,9 @@ def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> 
     headers = {"authorization": f"Bearer {key}"} if key is not None else {}
     authorizer = load_function("authorizer").lambda_handler(http_event(path, b"", headers), LambdaContext())
     assert authorizer["isAuthorized"] is True
-    family = path.split("/")[3]
     payload = raw if raw is not None else json.dumps(body).encode()
     event = http_event(path, payload, headers, authorizer=authorizer["context"])
-    result = load_function(FOLDER_OF[family]).lambda_handler(event, LambdaContext())
+    result = route_handler(path)(event, LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
 
 
@@ -207,7 +226,7 @@ def join(
         )
     if proof is not None:
         headers["joinplane-proof"] = proof
-    result = load_function("machine_join").lambda_handler(http_event(path, payload, headers), LambdaContext())
+    result = route_handler(path)(http_event(path, payload, headers), LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
 
 

@@ -5,10 +5,10 @@ from typing import Any
 from joinplane import audit, operator_api
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("AuditEventsFunction")
 
 
-@routes.post("/api/compute/auditEvents/list")
+@routes.operation("auditEvents.list")
 def list_events(request: HttpRequest) -> dict[str, Any]:
     return audit.list_events(*operator_api.parse(request, audit.ListAuditEvents))
 

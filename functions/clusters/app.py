@@ -6,20 +6,20 @@ from joinplane import operator_api
 from joinplane.clusters import membership
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("ClustersFunction")
 
 
-@routes.post("/api/compute/clusters/rotateKey")
+@routes.operation("clusters.rotateKey")
 def rotate_key(request: HttpRequest) -> dict[str, Any]:
     return membership.rotate_key(*operator_api.parse(request, membership.RotateClusterKey))
 
 
-@routes.post("/api/compute/clusters/nodes/list")
+@routes.operation("clusters.nodes.list")
 def list_nodes(request: HttpRequest) -> dict[str, Any]:
     return membership.list_nodes(*operator_api.parse(request, membership.ListClusterNodes))
 
 
-@routes.post("/api/compute/clusters/guests/list")
+@routes.operation("clusters.guests.list")
 def list_guests(request: HttpRequest) -> dict[str, Any]:
     return membership.list_guests(*operator_api.parse(request, membership.ListClusterGuests))
 

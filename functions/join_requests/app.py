@@ -5,20 +5,20 @@ from typing import Any
 from joinplane import join_requests, operator_api
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("JoinRequestsFunction")
 
 
-@routes.post("/api/compute/joinRequests/list")
+@routes.operation("joinRequests.list")
 def list_requests(request: HttpRequest) -> dict[str, Any]:
     return join_requests.list_requests(*operator_api.parse(request, join_requests.ListJoinRequests))
 
 
-@routes.post("/api/compute/joinRequests/approve")
+@routes.operation("joinRequests.approve")
 def approve(request: HttpRequest) -> dict[str, Any]:
     return join_requests.approve(*operator_api.parse(request, join_requests.ApproveJoinRequest))
 
 
-@routes.post("/api/compute/joinRequests/reject")
+@routes.operation("joinRequests.reject")
 def reject(request: HttpRequest) -> dict[str, Any]:
     return join_requests.reject(*operator_api.parse(request, join_requests.DecideJoinRequest))
 

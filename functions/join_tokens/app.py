@@ -5,20 +5,20 @@ from typing import Any
 from joinplane import operator_api, tokens
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("JoinTokensFunction")
 
 
-@routes.post("/api/compute/joinTokens/create")
+@routes.operation("joinTokens.create")
 def create(request: HttpRequest) -> dict[str, Any]:
     return tokens.create(*operator_api.parse(request, tokens.CreateJoinToken))
 
 
-@routes.post("/api/compute/joinTokens/list")
+@routes.operation("joinTokens.list")
 def list_tokens(request: HttpRequest) -> dict[str, Any]:
     return tokens.list_tokens(*operator_api.parse(request, tokens.ListJoinTokens))
 
 
-@routes.post("/api/compute/joinTokens/revoke")
+@routes.operation("joinTokens.revoke")
 def revoke(request: HttpRequest) -> dict[str, Any]:
     return tokens.revoke(*operator_api.parse(request, tokens.RevokeJoinToken))
 

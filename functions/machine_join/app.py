@@ -6,7 +6,7 @@ from joinplane import join, join_wire, proof
 from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
 
-routes = Router(join_wire.render_error)
+routes = Router("MachineJoinFunction", join_wire.render_error)
 
 
 def _body(request: HttpRequest) -> bytes:
@@ -15,14 +15,14 @@ def _body(request: HttpRequest) -> bytes:
     return request.body()
 
 
-@routes.post("/machines/join")
+@routes.operation("ControlPlaneService_JoinMachine")
 def join_machine(request: HttpRequest) -> tuple[int, dict[str, Any]]:
     return join.join_machine(
         _body(request), request.headers.get("authorization", ""), request.headers.get(proof.HEADER, "")
     )
 
 
-@routes.post("/machines/renew")
+@routes.operation("Joinplane_RenewMachine")
 def renew(request: HttpRequest) -> tuple[int, dict[str, Any]]:
     return join.renew(_body(request), request.headers.get(proof.HEADER, ""))
 

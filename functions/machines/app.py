@@ -5,20 +5,20 @@ from typing import Any
 from joinplane import machines, operator_api
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("MachinesFunction")
 
 
-@routes.post("/api/compute/machines/list")
+@routes.operation("machines.list")
 def list_machines(request: HttpRequest) -> dict[str, Any]:
     return machines.list_machines(*operator_api.parse(request, machines.ListMachines))
 
 
-@routes.post("/api/compute/machines/get")
+@routes.operation("machines.get")
 def get(request: HttpRequest) -> dict[str, Any]:
     return machines.get(*operator_api.parse(request, machines.MachineRef))
 
 
-@routes.post("/api/compute/machines/revoke")
+@routes.operation("machines.revoke")
 def revoke(request: HttpRequest) -> dict[str, Any]:
     return machines.revoke(*operator_api.parse(request, machines.RevokeMachine))
 

@@ -5,20 +5,20 @@ from typing import Any
 from joinplane import operator_api, tpm_allow
 from joinplane.http import HttpRequest
 
-routes = operator_api.router()
+routes = operator_api.router("TpmAllowListFunction")
 
 
-@routes.post("/api/compute/tpmAllowList/add")
+@routes.operation("tpmAllowList.add")
 def add(request: HttpRequest) -> dict[str, Any]:
     return tpm_allow.add(*operator_api.parse(request, tpm_allow.AddKey))
 
 
-@routes.post("/api/compute/tpmAllowList/list")
+@routes.operation("tpmAllowList.list")
 def list_keys(request: HttpRequest) -> dict[str, Any]:
     return tpm_allow.list_keys(*operator_api.parse(request, tpm_allow.ListKeys))
 
 
-@routes.post("/api/compute/tpmAllowList/remove")
+@routes.operation("tpmAllowList.remove")
 def remove(request: HttpRequest) -> dict[str, Any]:
     return tpm_allow.remove(*operator_api.parse(request, tpm_allow.RemoveKey))
 

@@ -1,10 +1,12 @@
-"""shared/openapi.json, generated: every HTTP route of template.yaml, its request schema, and each
-answer it can give, from typed models.
+"""shared/openapi.json, generated: every route of the route table (joinplane.routes, which
+template.yaml's HttpApi events are checked against), its request schema, and each answer it can
+give, from typed models.
 
 - Operator routes (`/api/compute/...`): the request schema is the route's own (strict) request
-  model; the 200 answer is the typed view in `joinplane_local.views`; errors are the operator
-  envelope, and API Gateway's own `{"message": ...}` where the gateway answers before a function
-  runs (no `Authorization` header: 401).
+  model; the 200 answer is its TypedDict view in `joinplane.views` (the type the domain's view
+  functions return); both are named by the table. Errors are the operator envelope, and API
+  Gateway's own `{"message": ...}` where the gateway answers before a function runs (no
+  `Authorization` header: 401).
 - `/machines/join`, `/machines/renew`: seed 002's schemas (grpc-gateway JSON, `rpcStatus` errors)
   plus the additive fields docs/join.md lists.
 - `/cluster/accept-join` (and Sylve's `/api/cluster/accept-join`): seed 000's request and
@@ -23,32 +25,18 @@ view.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
-from joinplane import (
-    apikeys,
-    audit,
-    discovery,
-    grants,
-    hardware,
-    join_requests,
-    join_wire,
-    machines,
-    operator_api,
-    pools,
-    proof,
-    tokens,
-    tpm_allow,
-)
-from joinplane.clusters import membership, sylve_wire
-from joinplane_local import views
-from joinplane_local.template import Template, load
+from joinplane import grants, hardware, join_requests, join_wire, machines, operator_api, proof, views
+from joinplane.clusters import sylve_wire
+from joinplane.routes import ROUTES, Route
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
@@ -58,13 +46,13 @@ JSON = "application/json"
 
 
 @dataclass(frozen=True)
-class Operation:
-    request: type[BaseModel]
-    response: type[BaseModel]
+class Doc:
+    """What the route table (joinplane.routes) does not say about an operator route: its prose
+    and an example request. Keyed by operationId; every operator route has one."""
+
     summary: str
     description: str
     example: dict[str, Any]
-    tag: str
 
 
 TAGS = {
@@ -87,35 +75,24 @@ EXAMPLE_MACHINE_ID = "mach_01m8nz6v0d5q3h2k9w7x4c1b8e"
 EXAMPLE_MACHINE_TOKEN = "jpm_01m8nz6v0d5q3h2k9w7x4c1b8e_5ycq0x3m8k2h7p1d9w4r6t0v2b8n3s5f"
 EXAMPLE_EK = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
-OPERATIONS: dict[str, Operation] = {
-    "/api/compute/apiKeys/create": Operation(
-        apikeys.CreateApiKey,
-        views.ApiKeyCreated,
+DOCS: dict[str, Doc] = {
+    "apiKeys.create": Doc(
         "Create an API key",
         "The secret `key` is returned once; only its SHA-256 is stored. A key may hand out only "
         "grants it holds itself (`PERMISSION_DENIED` otherwise).",
         {"tenantId": "dev", "grants": ["compute:join-tokens:*@compute-pool/dev-pool"], "description": "ci"},
-        "apiKeys",
     ),
-    "/api/compute/apiKeys/list": Operation(
-        apikeys.ListApiKeys,
-        views.ApiKeyList,
+    "apiKeys.list": Doc(
         "List API keys",
         "A tenant's API keys, never their secrets, in keyId order.",
         {"tenantId": "dev", "limit": 50},
-        "apiKeys",
     ),
-    "/api/compute/apiKeys/revoke": Operation(
-        apikeys.RevokeApiKey,
-        views.ApiKey,
+    "apiKeys.revoke": Doc(
         "Revoke an API key",
         "Revoking again changes nothing. A key may revoke only keys whose every grant it holds.",
         {"tenantId": "dev", "keyId": "key_01m8p0000000000000000000ab"},
-        "apiKeys",
     ),
-    "/api/compute/pools/create": Operation(
-        pools.CreatePool,
-        views.Pool,
+    "pools.create": Doc(
         "Create a compute pool",
         "Creates the site too if it is new. Placing a pool in a site needs `compute:pools:write` at "
         "that site (or wider).",
@@ -127,120 +104,78 @@ OPERATIONS: dict[str, Operation] = {
             "workspaceId": "ws-1",
             "bootstrap": {"controlplaneHttpUrl": "https://cp.example.com", "workerImage": "worker:1.4"},
         },
-        "pools",
     ),
-    "/api/compute/pools/get": Operation(
-        pools.PoolRef,
-        views.Pool,
+    "pools.get": Doc(
         "Get a pool",
         "One pool.",
         {"tenantId": "dev", "poolId": "dev-pool"},
-        "pools",
     ),
-    "/api/compute/pools/list": Operation(
-        pools.ListPools,
-        views.PoolList,
+    "pools.list": Doc(
         "List pools",
         "The pools the key can read, in poolId order; `nextCursor` continues.",
         {"tenantId": "dev", "state": "active"},
-        "pools",
     ),
-    "/api/compute/pools/update": Operation(
-        pools.UpdatePool,
-        views.Pool,
+    "pools.update": Doc(
         "Update a pool",
         "The fields given replace the stored value whole; absent fields are left alone. Only "
         "`cluster` can be removed (null); an archived pool is `INVALID_STATE`.",
         {"tenantId": "dev", "poolId": "dev-pool", "bootstrap": {"workerImage": "worker:1.5"}},
-        "pools",
     ),
-    "/api/compute/pools/archive": Operation(
-        pools.PoolRef,
-        views.Pool,
+    "pools.archive": Doc(
         "Archive a pool",
         "An archived pool refuses new joins and changes; archiving again changes nothing.",
         {"tenantId": "dev", "poolId": "old-pool"},
-        "pools",
     ),
-    "/api/compute/joinTokens/create": Operation(
-        tokens.CreateJoinToken,
-        views.JoinTokenCreated,
+    "joinTokens.create": Doc(
         "Create a join token",
         "For exactly one of `poolId` (a pool token) or `siteId` (a site token: every join is "
         "deferred until a pool claims it). The secret `token` is returned once.",
         {"tenantId": "dev", "poolId": "dev-pool", "ttlSeconds": 3600, "maxUses": 5, "requireApproval": True},
-        "joinTokens",
     ),
-    "/api/compute/joinTokens/list": Operation(
-        tokens.ListJoinTokens,
-        views.JoinTokenList,
+    "joinTokens.list": Doc(
         "List join tokens",
         "A pool's (`poolId`) or a site's (`siteId`) join tokens, never their secrets.",
         {"tenantId": "dev", "poolId": "dev-pool"},
-        "joinTokens",
     ),
-    "/api/compute/joinTokens/revoke": Operation(
-        tokens.RevokeJoinToken,
-        views.JoinToken,
+    "joinTokens.revoke": Doc(
         "Revoke a join token",
         "Revoking again changes nothing.",
         {"tenantId": "dev", "tokenId": EXAMPLE_TOKEN_ID},
-        "joinTokens",
     ),
-    "/api/compute/joinRequests/list": Operation(
-        join_requests.ListJoinRequests,
-        views.JoinRequestList,
+    "joinRequests.list": Doc(
         "List join requests",
         "The requests a pool can decide: its own, and its site's that no pool has claimed. A "
         "pending or approved request past its expiry reads as `expired`.",
         {"tenantId": "dev", "poolId": "dev-pool", "state": "pending"},
-        "joinRequests",
     ),
-    "/api/compute/joinRequests/approve": Operation(
-        join_requests.ApproveJoinRequest,
-        views.JoinRequest,
+    "joinRequests.approve": Doc(
         "Approve a join request",
         "Assigns it to the pool with a new expiry of `ttlSeconds`; the machine's retry with the "
         "same key consumes it. Approving again for this pool returns the approval unchanged.",
         {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "rack 7"},
-        "joinRequests",
     ),
-    "/api/compute/joinRequests/reject": Operation(
-        join_requests.DecideJoinRequest,
-        views.JoinRequest,
+    "joinRequests.reject": Doc(
         "Reject a join request",
         "Rejects a pending request or withdraws an unused approval; rejecting again changes nothing.",
         {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "unknown box"},
-        "joinRequests",
     ),
-    "/api/compute/machines/list": Operation(
-        machines.ListMachines,
-        views.MachineList,
+    "machines.list": Doc(
         "List machines",
         "A pool's machines in machineId order.",
         {"tenantId": "dev", "poolId": "dev-pool", "state": "active"},
-        "machines",
     ),
-    "/api/compute/machines/get": Operation(
-        machines.MachineRef,
-        views.Machine,
+    "machines.get": Doc(
         "Get a machine",
         "One machine.",
         {"tenantId": "dev", "machineId": EXAMPLE_MACHINE_ID},
-        "machines",
     ),
-    "/api/compute/machines/revoke": Operation(
-        machines.RevokeMachine,
-        views.Machine,
+    "machines.revoke": Doc(
         "Revoke a machine",
         "Bans it: its machine token and re-joins stop working, its hardware ids are released, and "
         "its key cannot join again.",
         {"tenantId": "dev", "machineId": EXAMPLE_MACHINE_ID, "reason": "decommissioned"},
-        "machines",
     ),
-    "/api/compute/discovery/register": Operation(
-        discovery.RegisterEntry,
-        views.DiscoveryEntry,
+    "discovery.register": Doc(
         "Register an expected machine",
         "At least one identifier; each is stored canonical, and placeholder values (firmware "
         "defaults such as `To be filled by O.E.M.`, all-zero UUIDs, broadcast MACs) are refused.",
@@ -251,80 +186,52 @@ OPERATIONS: dict[str, Operation] = {
             "macAddresses": ["3c:ec:ef:12:34:56"],
             "hostname": "gpu-01",
         },
-        "discovery",
     ),
-    "/api/compute/discovery/list": Operation(
-        discovery.ListEntries,
-        views.DiscoveryList,
+    "discovery.list": Doc(
         "List a site's discovery inventory",
         "Entries oldest first.",
         {"tenantId": "dev", "siteId": "dev-site"},
-        "discovery",
     ),
-    "/api/compute/discovery/remove": Operation(
-        discovery.RemoveEntry,
-        views.DiscoveryEntry,
+    "discovery.remove": Doc(
         "Remove a discovery entry",
         "Returns the entry removed.",
         {"tenantId": "dev", "siteId": "dev-site", "entryId": "disc_01m8nz6w3a9c8d7e6f5g4h3j2k"},
-        "discovery",
     ),
-    "/api/compute/tpmAllowList/add": Operation(
-        tpm_allow.AddKey,
-        views.AllowedKey,
+    "tpmAllowList.add": Doc(
         "Allow a TPM endorsement key",
         "Exactly one of `ekPublicKeySha256` (hex SHA-256 of the EK's SubjectPublicKeyInfo) or "
         "`ekCertificatePem` (the EK certificate; the hash is taken from it).",
         {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
-        "tpmAllowList",
     ),
-    "/api/compute/tpmAllowList/list": Operation(
-        tpm_allow.ListKeys,
-        views.AllowedKeyList,
+    "tpmAllowList.list": Doc(
         "List a site's allowed endorsement keys",
         "In hash order.",
         {"tenantId": "dev", "siteId": "dev-site"},
-        "tpmAllowList",
     ),
-    "/api/compute/tpmAllowList/remove": Operation(
-        tpm_allow.RemoveKey,
-        views.AllowedKey,
+    "tpmAllowList.remove": Doc(
         "Remove an allowed endorsement key",
         "Returns the entry removed.",
         {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
-        "tpmAllowList",
     ),
-    "/api/compute/auditEvents/list": Operation(
-        audit.ListAuditEvents,
-        views.AuditEventList,
+    "auditEvents.list": Doc(
         "List security events",
         "Newest first. With `poolId`, the pool's events (a pool-scoped key suffices); without, the tenant's.",
         {"tenantId": "dev", "poolId": "dev-pool", "detailType": "security.machine.joined"},
-        "auditEvents",
     ),
-    "/api/compute/clusters/rotateKey": Operation(
-        membership.RotateClusterKey,
-        views.ClusterKeyRotated,
+    "clusters.rotateKey": Doc(
         "Make the pool a cluster, or rotate its key",
         "Issues a new cluster key (`jck_...`, returned once); the previous one stops working.",
         {"tenantId": "dev", "poolId": "dev-pool"},
-        "clusters",
     ),
-    "/api/compute/clusters/nodes/list": Operation(
-        membership.ListClusterNodes,
-        views.ClusterNodeList,
+    "clusters.nodes.list": Doc(
         "List a cluster's member nodes",
         "In nodeId order.",
         {"tenantId": "dev", "poolId": "dev-pool"},
-        "clusters",
     ),
-    "/api/compute/clusters/guests/list": Operation(
-        membership.ListClusterGuests,
-        views.ClusterGuestList,
+    "clusters.guests.list": Doc(
         "List a cluster's guest-ID registry",
         "Claims in guestId order, optionally of one node.",
         {"tenantId": "dev", "poolId": "dev-pool", "nodeId": "node-a"},
-        "clusters",
     ),
 }
 
@@ -894,6 +801,7 @@ def _grpc_errors() -> Schema:
 
 
 def _machine_operations() -> dict[str, Schema]:
+    """Seed 002's two operations by operationId (the route table gives their paths)."""
     response = "#/components/schemas/controlplaneJoinMachineResponse"
     join_example = {
         "joinToken": "jpt_01m8nz6smg0chzvz0b58z6hma5_nd96v84g4q2p5cd1pr2rhpe0g1qwgdet",
@@ -906,16 +814,14 @@ def _machine_operations() -> dict[str, Schema]:
         "csr": "-----BEGIN CERTIFICATE REQUEST-----\n...\n-----END CERTIFICATE REQUEST-----\n",
     }
     return {
-        "/machines/join": {
+        "ControlPlaneService_JoinMachine": {
             "post": {
                 "tags": [TAGS["join"][0]],
                 "summary": "Join machine",
-                "operationId": "ControlPlaneService_JoinMachine",
                 "description": "Seed 002's JoinMachine. 200: admitted (`ok: true`, identity and "
                 "bootstrap). 202: deferred to an operator (`joinRequest`); retry with the same key "
                 "after `retryAfterSeconds`. A join that hands out credentials for an identity that "
                 "already exists needs `Joinplane-Proof`. See docs/join.md.",
-                "security": [{}, {"joinToken": []}],
                 "parameters": [PROOF_HEADER],
                 "requestBody": {
                     "required": True,
@@ -936,15 +842,13 @@ def _machine_operations() -> dict[str, Schema]:
                 },
             }
         },
-        "/machines/renew": {
+        "Joinplane_RenewMachine": {
             "post": {
                 "tags": [TAGS["join"][0]],
                 "summary": "Renew a machine's certificate",
-                "operationId": "Joinplane_RenewMachine",
                 "description": "Joinplane's extension of seed 002: a new certificate for the machine "
                 "token's machine; the key may change (sign the proof with the old key and send it as "
                 "`key=`). Needs `Joinplane-Proof`.",
-                "security": [],
                 "parameters": [PROOF_HEADER],
                 "requestBody": {
                     "required": True,
@@ -1037,9 +941,9 @@ def _sylve_schemas() -> dict[str, Schema]:
     }
 
 
-def _cluster_operation(path: str) -> Schema:
+def _cluster_operation(route: Route) -> Schema:
     envelope = _content("#/components/schemas/SylveResponse")
-    alias = path.startswith("/api/")
+    alias = route.path.startswith("/api/")
     answers = {
         "200": "`node_added_to_cluster` (the submitted inventory echoed) or `cluster_join_preflight_passed`",
         "400": "`invalid_request_payload`, `cluster_join_failed`",
@@ -1056,12 +960,10 @@ def _cluster_operation(path: str) -> Schema:
         "post": {
             "tags": [TAGS["cluster"][0]],
             "summary": "Accept Join" + (" (Sylve's /api path)" if alias else ""),
-            "operationId": "clusterAcceptJoinApi" if alias else "clusterAcceptJoin",
             "description": "Seed 000: accept a join request from a cluster node, authenticated by the "
             "pool's cluster key. The order is the contract: credential (403/401), size (413), body "
             "(400), then the leader's checks (409)."
             + (" The same endpoint at the path a Sylve node posts to." if alias else ""),
-            "security": [{"clusterKey": []}],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -1086,20 +988,24 @@ def _cluster_operation(path: str) -> Schema:
 
 
 def routes() -> list[str]:
-    """Every HttpApi route of template.yaml."""
-    template = Template(load())
-    found = []
-    for resource in template.of_type("AWS::Serverless::Function").values():
-        for event in resource.get("Properties", {}).get("Events", {}).values():
-            if event.get("Type") == "HttpApi":
-                found.append(event["Properties"]["Path"])
-    return sorted(found)
+    """Every path this document describes: the route table's."""
+    return sorted(route.path for route in ROUTES)
 
 
-CLUSTER_PATHS = ("/cluster/accept-join", "/api/cluster/accept-join")
-MACHINE_PATHS = ("/machines/join", "/machines/renew")
-# Every path this document describes (tests/integration/test_openapi.py: every template route is one).
-REQUESTS: dict[str, object] = dict.fromkeys([*OPERATIONS, *MACHINE_PATHS, *CLUSTER_PATHS])
+def _resolve(dotted: str) -> Any:
+    """`module:attribute` from the route table."""
+    module, _, attribute = dotted.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# How each of the table's authentications is declared (securitySchemes below). A join token may
+# also travel in the body, so /machines/join's bearer is optional.
+SECURITY: dict[str, list[dict[str, list[str]]]] = {
+    "api-key": [{"apiKey": []}],
+    "join-token": [{}, {"joinToken": []}],
+    "cluster-key": [{"clusterKey": []}],
+    "none": [],
+}
 
 
 def _strip_key(node: Any, key: str) -> Any:
@@ -1123,18 +1029,21 @@ def _strip_titles(node: Any) -> Any:
 class _Components:
     schemas: dict[str, Schema] = field(default_factory=dict)
 
-    def add_model(self, model: type[BaseModel], *, view: bool = False) -> str:
-        schema = model.model_json_schema(ref_template=REF)
-        for name, definition in schema.pop("$defs", {}).items():
-            self._put(name, definition, view)
-        self._put(model.__name__, schema, view)
-        return REF.format(model=model.__name__)
+    def add_request(self, model: type[BaseModel]) -> str:
+        return self._add(model.__name__, model.model_json_schema(ref_template=REF))
 
-    def _put(self, name: str, schema: Schema, view: bool) -> None:
+    def add_view(self, view: Any) -> str:
+        """A TypedDict of joinplane.views."""
+        return self._add(view.__name__, TypeAdapter(view).json_schema(ref_template=REF))
+
+    def _add(self, name: str, schema: Schema) -> str:
+        for inner, definition in schema.pop("$defs", {}).items():
+            self._put(inner, definition)
+        self._put(name, schema)
+        return REF.format(model=name)
+
+    def _put(self, name: str, schema: Schema) -> None:
         schema = _strip_titles(schema)
-        if view:
-            # A view's defaults are how pydantic spells "may be absent"; an answer has no defaults.
-            schema = _strip_key(schema, "default")
         if name in REQUEST_PATCHES and "properties" in schema:
             schema = copy.deepcopy(schema)
             REQUEST_PATCHES[name](schema)
@@ -1143,41 +1052,65 @@ class _Components:
         self.schemas[name] = schema
 
 
+def _with_table_fields(operation: Schema, route: Route) -> Schema:
+    """The operation with the table's operationId and security, placed where the document has
+    always had them (the operator API's id after its description, the seeds' after the summary)."""
+    id_after = "description" if route.auth == "api-key" else "summary"
+    placed: Schema = {}
+    for key, value in operation.items():
+        placed[key] = value
+        if key == id_after:
+            placed["operationId"] = route.operation
+        if key == "description":
+            placed["security"] = SECURITY[route.auth]
+    return placed
+
+
+def _operator_operation(route: Route, components: _Components) -> Schema:
+    assert route.request is not None and route.response is not None, route
+    doc = DOCS[route.operation]
+    request_ref = components.add_request(_resolve(route.request))
+    response_ref = components.add_view(_resolve(route.response))
+    return {
+        "post": {
+            "tags": [TAGS[route.path.split("/")[3]][0]],
+            "summary": doc.summary,
+            "description": doc.description,
+            "requestBody": {
+                "required": True,
+                "content": {JSON: {"schema": {"$ref": request_ref}, "example": doc.example}},
+            },
+            "responses": {
+                "200": {"description": "OK", "content": _content(response_ref)},
+                **_operator_errors(),
+            },
+        }
+    }
+
+
 def document() -> dict[str, Any]:
     components = _Components()
     components.schemas["Error"] = ERROR
     components.schemas["GatewayMessage"] = GATEWAY_MESSAGE
+    machine_operations = _machine_operations()
     paths: dict[str, Any] = {}
-    for path in routes():
-        if path not in OPERATIONS:
-            continue  # the seeds' dialects, below
-        op = OPERATIONS[path]
-        request_ref = components.add_model(op.request)
-        response_ref = components.add_model(op.response, view=True)
-        paths[path] = {
-            "post": {
-                "tags": [TAGS[op.tag][0]],
-                "summary": op.summary,
-                "description": op.description,
-                "operationId": path.removeprefix("/api/compute/").replace("/", "."),
-                "security": [{"apiKey": []}],
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": {"$ref": request_ref}, "example": op.example}},
-                },
-                "responses": {
-                    "200": {"description": "OK", "content": _content(response_ref)},
-                    **_operator_errors(),
-                },
-            }
-        }
+    for route in ROUTES:
+        if route.auth == "api-key":
+            operation = _operator_operation(route, components)
+        elif route.function == "MachineJoinFunction":
+            operation = machine_operations[route.operation]
+        elif route.function == "ClusterJoinFunction":
+            operation = _cluster_operation(route)
+        else:
+            raise ValueError(f"no dialect documents {route}")
+        paths[route.path] = {route.method.lower(): _with_table_fields(operation["post"], route)}
+    unused = set(DOCS) - {route.operation for route in ROUTES}
+    if unused:
+        raise ValueError(f"documentation for operations the route table lacks: {sorted(unused)}")
     # AttestorReason is shared by join requests and dry-run join answers.
-    components.add_model(views.AttestorReason, view=True)
+    components.add_view(views.AttestorReason)
     for name, schema in {**_join_schemas(), **_sylve_schemas()}.items():
         components.schemas[name] = schema
-    paths.update(_machine_operations())
-    for path in CLUSTER_PATHS:
-        paths[path] = _cluster_operation(path)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -1,32 +1,17 @@
 """Attestation data the operators maintain per site: the discovery inventory and the TPM
-allow-list. `call` runs these route families through the real authorizer and their own functions
-(tests.support.call knows the older families only) and hands every other family to it."""
+allow-list. `call` is tests.support.call: every route through the real authorizer and the
+function the route table gives it."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from joinplane import aws
 from tests import support
-from tests.support import LambdaContext, Reply, http_event, load_function
 
-FOLDER_OF = {"discovery": "discovery", "tpmAllowList": "tpm_allow_list"}
-
-
-def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> Reply:
-    family = path.split("/")[3]
-    if family not in FOLDER_OF:
-        return support.call(path, body, key, raw=raw)
-    headers = {"authorization": f"Bearer {key}"} if key is not None else {}
-    authorizer = load_function("authorizer").lambda_handler(http_event(path, b"", headers), LambdaContext())
-    assert authorizer["isAuthorized"] is True
-    payload = raw if raw is not None else json.dumps(body).encode()
-    event = http_event(path, payload, headers, authorizer=authorizer["context"])
-    result = load_function(FOLDER_OF[family]).lambda_handler(event, LambdaContext())
-    return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
+call = support.call
 
 
 def make_key(admin: str, *grants: str, tenant: str = "acme") -> str:

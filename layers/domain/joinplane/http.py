@@ -2,7 +2,7 @@
 
 Why not powertools' APIGatewayHttpResolver: importing it costs ~90 ms of cold start (its package
 initialiser loads every resolver, asyncio and its logger), and our budget for a whole function is
-1.3x a bare boto3 client. This keeps its shape (decorated routes, one place that turns domain
+1.3x a bare boto3 client. This keeps its shape (decorated handlers, one place that turns domain
 errors into responses) and passes the request to each route explicitly, so one module-level router
 is safe under the concurrent in-process invocations of the local runtime.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from joinplane import deadline
+from joinplane import deadline, routes
 from joinplane.errors import Internal, JoinplaneError, NotFound, OutOfTime
 
 logger = logging.getLogger("joinplane")
@@ -59,8 +59,9 @@ class HttpRequest:
         return base64.b64decode(self.raw_body) if self.base64_encoded else self.raw_body.encode()
 
 
-Route = Callable[[HttpRequest], tuple[int, Any] | dict[str, Any]]
+Handler = Callable[[HttpRequest], Any]
 ErrorRenderer = Callable[[JoinplaneError], dict[str, Any]]
+Renderer = Callable[[Any], dict[str, Any]]
 
 
 def retry_headers(error: JoinplaneError) -> dict[str, str]:
@@ -79,17 +80,48 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     }
 
 
+def json_result(result: tuple[int, Any] | dict[str, Any]) -> dict[str, Any]:
+    """A handler's `(status, body)`, or a body that is a 200."""
+    if isinstance(result, tuple):
+        return json_response(*result)
+    return json_response(200, result)
+
+
 class Router:
-    def __init__(self, render_error: ErrorRenderer) -> None:
-        self._routes: dict[tuple[str, str], Route] = {}
+    """One function's routes, bound from the route table (joinplane.routes): `operation(name)`
+    takes the method and path from the table and refuses, at import, a name the table does not
+    give this function. `unbound()` lists the table's routes no handler took (a test asks it of
+    every function).
+
+    A dialect is its two renderers: `render` turns what a handler returns into the response
+    (JSON by default), `render_error` every refusal."""
+
+    def __init__(self, function: str, render_error: ErrorRenderer, render: Renderer = json_result) -> None:
+        self.function = function
+        self._table = {route.operation: route for route in routes.of_function(function)}
+        if not self._table:
+            raise LookupError(f"{function} has no routes in joinplane.routes")
+        self._handlers: dict[tuple[str, str], Handler] = {}
+        self._render = render
         self._render_error = render_error
 
-    def post(self, path: str) -> Callable[[Route], Route]:
-        def register(route: Route) -> Route:
-            self._routes[("POST", path)] = route
-            return route
+    def operation(self, *names: str) -> Callable[[Handler], Handler]:
+        """Bind the decorated handler to the table's routes `names` (several: one endpoint
+        served at more than one path)."""
+        unknown = [name for name in names if name not in self._table]
+        if not names or unknown:
+            raise LookupError(f"{self.function} has no route {unknown or names} in joinplane.routes")
+
+        def register(handler: Handler) -> Handler:
+            for name in names:
+                route = self._table[name]
+                self._handlers[(route.method, route.path)] = handler
+            return handler
 
         return register
+
+    def unbound(self) -> list[str]:
+        return [name for name, r in self._table.items() if (r.method, r.path) not in self._handlers]
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         deadline.begin(context)
@@ -101,13 +133,10 @@ class Router:
     def _handle(self, event: dict[str, Any]) -> dict[str, Any]:
         request = HttpRequest.from_event(event)
         try:
-            route = self._routes.get((request.method, request.path))
-            if route is None:
+            handler = self._handlers.get((request.method, request.path))
+            if handler is None:
                 raise NotFound("no such route")
-            result = route(request)
-            if isinstance(result, tuple):
-                return json_response(*result)
-            return json_response(200, result)
+            return self._render(handler(request))
         except JoinplaneError as refused:
             logger.info("request refused: %s %s", refused.code, refused.message)
             return self._render_error(refused)

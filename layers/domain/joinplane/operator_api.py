@@ -1,8 +1,9 @@
 """The operator API's HTTP dialect, in one place: how a request becomes a (principal, model) pair
 and how every domain error becomes `{"error": {"code", "message", "details"}}` with its status.
 
-A handler file is `routes = operator_api.router()`, one decorated function per route calling
-`operator_api.parse(request, Model)` and the domain, and `lambda_handler = routes.handle`.
+A handler file is `routes = operator_api.router("PoolsFunction")`, one function per route bound
+with `@routes.operation("pools.create")` (joinplane.routes) calling `operator_api.parse(request,
+Model)` and the domain, and `lambda_handler = routes.handle`.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
     return json_response(STATUS.get(error.code, 500), body, retry_headers(error))
 
 
-def router() -> Router:
-    return Router(render_error)
+def router(function: str) -> Router:
+    """`function`'s routes (its logical id in template.yaml), in the operator dialect."""
+    return Router(function, render_error)
 
 
 def principal(request: HttpRequest) -> Principal:

@@ -1,0 +1,172 @@
+"""Every HTTP route, once: the table the handlers bind to, template.yaml's HttpApi events are
+checked against (tests/integration/test_route_table.py), the OpenAPI document is generated from
+(joinplane_local.openapi) and the tests find a route's function by.
+
+Plain data, stdlib only: every HTTP function imports it at cold start (through `joinplane.http`).
+The request model and response view are dotted names, `module:attribute`, that only the OpenAPI
+generator resolves, so a function never imports pydantic models or views it does not use.
+
+`operation` is the route's OpenAPI operationId, unique across the API; a handler binds to it
+(`@routes.operation("pools.create")`). The seed dialects keep their seeds' operationIds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# How a request proves who sent it. `api-key`: the operator API's `Authorization: Bearer jpk_...`,
+# through the template's ApiKeyAuthorizer. `join-token`: a join token, in the body or as a bearer.
+# `cluster-key`: a pool's `X-Cluster-Key`. `none`: nothing API Gateway or a header checks (a
+# renewal's machine token travels in the body, with its proof).
+Auth = Literal["api-key", "join-token", "cluster-key", "none"]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    function: str  # the AWS::Serverless::Function's logical id in template.yaml
+    operation: str
+    auth: Auth
+    request: str | None = None  # `module:Model`, or None where the seed's schema is hand-written
+    response: str | None = None  # `module:View` (a TypedDict in joinplane.views), likewise
+
+
+def _operator(function: str, path: str, request: str, response: str) -> Route:
+    """An operator route: POST under /api/compute, behind the API key authorizer; its operationId
+    is its path after /api/compute with dots (`pools.create`, `clusters.nodes.list`)."""
+    tail = path.removeprefix("/api/compute/")
+    return Route(
+        "POST", path, function, tail.replace("/", "."), "api-key", request, f"joinplane.views:{response}"
+    )
+
+
+ROUTES: tuple[Route, ...] = (
+    _operator(
+        "ApiKeysFunction", "/api/compute/apiKeys/create", "joinplane.apikeys:CreateApiKey", "ApiKeyCreated"
+    ),
+    _operator("ApiKeysFunction", "/api/compute/apiKeys/list", "joinplane.apikeys:ListApiKeys", "ApiKeyList"),
+    _operator("ApiKeysFunction", "/api/compute/apiKeys/revoke", "joinplane.apikeys:RevokeApiKey", "ApiKey"),
+    _operator("PoolsFunction", "/api/compute/pools/create", "joinplane.pools:CreatePool", "Pool"),
+    _operator("PoolsFunction", "/api/compute/pools/get", "joinplane.pools:PoolRef", "Pool"),
+    _operator("PoolsFunction", "/api/compute/pools/list", "joinplane.pools:ListPools", "PoolList"),
+    _operator("PoolsFunction", "/api/compute/pools/update", "joinplane.pools:UpdatePool", "Pool"),
+    _operator("PoolsFunction", "/api/compute/pools/archive", "joinplane.pools:PoolRef", "Pool"),
+    _operator(
+        "JoinTokensFunction",
+        "/api/compute/joinTokens/create",
+        "joinplane.tokens:CreateJoinToken",
+        "JoinTokenCreated",
+    ),
+    _operator(
+        "JoinTokensFunction",
+        "/api/compute/joinTokens/list",
+        "joinplane.tokens:ListJoinTokens",
+        "JoinTokenList",
+    ),
+    _operator(
+        "JoinTokensFunction",
+        "/api/compute/joinTokens/revoke",
+        "joinplane.tokens:RevokeJoinToken",
+        "JoinToken",
+    ),
+    _operator(
+        "JoinRequestsFunction",
+        "/api/compute/joinRequests/list",
+        "joinplane.join_requests:ListJoinRequests",
+        "JoinRequestList",
+    ),
+    _operator(
+        "JoinRequestsFunction",
+        "/api/compute/joinRequests/approve",
+        "joinplane.join_requests:ApproveJoinRequest",
+        "JoinRequest",
+    ),
+    _operator(
+        "JoinRequestsFunction",
+        "/api/compute/joinRequests/reject",
+        "joinplane.join_requests:DecideJoinRequest",
+        "JoinRequest",
+    ),
+    _operator(
+        "MachinesFunction", "/api/compute/machines/list", "joinplane.machines:ListMachines", "MachineList"
+    ),
+    _operator("MachinesFunction", "/api/compute/machines/get", "joinplane.machines:MachineRef", "Machine"),
+    _operator(
+        "MachinesFunction", "/api/compute/machines/revoke", "joinplane.machines:RevokeMachine", "Machine"
+    ),
+    _operator(
+        "DiscoveryFunction",
+        "/api/compute/discovery/register",
+        "joinplane.discovery:RegisterEntry",
+        "DiscoveryEntry",
+    ),
+    _operator(
+        "DiscoveryFunction", "/api/compute/discovery/list", "joinplane.discovery:ListEntries", "DiscoveryList"
+    ),
+    _operator(
+        "DiscoveryFunction",
+        "/api/compute/discovery/remove",
+        "joinplane.discovery:RemoveEntry",
+        "DiscoveryEntry",
+    ),
+    _operator(
+        "TpmAllowListFunction", "/api/compute/tpmAllowList/add", "joinplane.tpm_allow:AddKey", "AllowedKey"
+    ),
+    _operator(
+        "TpmAllowListFunction",
+        "/api/compute/tpmAllowList/list",
+        "joinplane.tpm_allow:ListKeys",
+        "AllowedKeyList",
+    ),
+    _operator(
+        "TpmAllowListFunction",
+        "/api/compute/tpmAllowList/remove",
+        "joinplane.tpm_allow:RemoveKey",
+        "AllowedKey",
+    ),
+    _operator(
+        "AuditEventsFunction",
+        "/api/compute/auditEvents/list",
+        "joinplane.audit:ListAuditEvents",
+        "AuditEventList",
+    ),
+    _operator(
+        "ClustersFunction",
+        "/api/compute/clusters/rotateKey",
+        "joinplane.clusters.membership:RotateClusterKey",
+        "ClusterKeyRotated",
+    ),
+    _operator(
+        "ClustersFunction",
+        "/api/compute/clusters/nodes/list",
+        "joinplane.clusters.membership:ListClusterNodes",
+        "ClusterNodeList",
+    ),
+    _operator(
+        "ClustersFunction",
+        "/api/compute/clusters/guests/list",
+        "joinplane.clusters.membership:ListClusterGuests",
+        "ClusterGuestList",
+    ),
+    # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, since
+    # the body is read by join_wire's proto3-JSON rules rather than a model.
+    Route("POST", "/machines/join", "MachineJoinFunction", "ControlPlaneService_JoinMachine", "join-token"),
+    Route("POST", "/machines/renew", "MachineJoinFunction", "Joinplane_RenewMachine", "none"),
+    # Seed 000 (Sylve): a node posts to `https://<leader>/api/cluster/accept-join`; the seed
+    # documents the path without the API's `/api` base. Both are the one endpoint.
+    Route("POST", "/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoin", "cluster-key"),
+    Route("POST", "/api/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoinApi", "cluster-key"),
+)
+
+
+def of_function(function: str) -> tuple[Route, ...]:
+    return tuple(route for route in ROUTES if route.function == function)
+
+
+def at(method: str, path: str) -> Route:
+    for route in ROUTES:
+        if (route.method, route.path) == (method, path):
+            return route
+    raise LookupError(f"no route {method} {path}")

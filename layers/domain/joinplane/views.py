@@ -1,0 +1,399 @@
+"""Typed views: what every operator route answers, field for field.
+
+The domain builds its answers as plain dicts (`pools.view`, `tokens.view`, ...: cheap at cold
+start) and annotates those functions to return these TypedDicts, so mypy checks every answer's
+keys against the same types the OpenAPI generator (joinplane_local.openapi) turns into the
+response schemas, and the schemathesis contract test checks every answer the local runtime gives
+against those schemas. A key added to an answer and not here is a type error.
+
+Imported only by type checkers (`if TYPE_CHECKING:` in the domain) and the OpenAPI generator:
+never at a function's cold start, so pydantic's annotations here cost a function nothing.
+
+Conventions: a key without `NotRequired` is always present (`X | None`: present, possibly null);
+`NotRequired[X]` is present only sometimes (`nextCursor`) and never null. Every view forbids
+extra keys (`additionalProperties: false` in the schema).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
+
+from joinplane import apikeys, audit, discovery, machines, tokens
+from joinplane.join_requests import REQUEST_ID
+from joinplane.wire import POOL_ID, TENANT_ID
+
+VIEW = ConfigDict(extra="forbid")
+
+TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
+Timestamp = Annotated[str, Field(pattern=TIMESTAMP, description="RFC 3339, UTC, with `Z`")]
+TenantId = Annotated[str, Field(pattern=TENANT_ID)]
+PoolId = Annotated[str, Field(pattern=POOL_ID)]
+SiteId = PoolId
+KeyId = Annotated[str, Field(pattern=apikeys.KEY_ID_PATTERN)]
+SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+@with_config(VIEW)
+class ApiKey(TypedDict):
+    keyId: KeyId
+    tenantId: TenantId
+    grants: Annotated[list[str], Field(description="`PERMISSION@SCOPE`, e.g. `compute:*@tenant`")]
+    description: str
+    state: Literal["active", "revoked"]
+    createdAt: Timestamp
+    createdBy: str | None
+    revokedAt: Timestamp | None
+    revokedBy: str | None
+
+
+@with_config(VIEW)
+class ApiKeyCreated(ApiKey):
+    key: Annotated[
+        str,
+        Field(
+            pattern=r"^jpk_[0-9a-hjkmnp-tv-z]{26}_[0-9a-hjkmnp-tv-z]{32}$",
+            description="The secret, shown this once; only its SHA-256 is stored.",
+        ),
+    ]
+
+
+@with_config(VIEW)
+class ApiKeyList(TypedDict):
+    apiKeys: list[ApiKey]
+    nextCursor: NotRequired[str]
+
+
+# --- pools -------------------------------------------------------------------------------------
+
+
+@with_config(VIEW)
+class StoredTelemetrySink(TypedDict):
+    destination: NotRequired[str]
+    credential: NotRequired[str]
+    streamPrefix: NotRequired[str]
+
+
+@with_config(VIEW)
+class StoredTelemetry(TypedDict):
+    enabled: NotRequired[bool]
+    streamPrefix: NotRequired[str]
+    logs: NotRequired[StoredTelemetrySink]
+    events: NotRequired[StoredTelemetrySink]
+
+
+@with_config(VIEW)
+class StoredBilling(TypedDict):
+    usageEndpoint: NotRequired[str]
+    usageToken: NotRequired[str]
+    costHookEndpoint: NotRequired[str]
+    costHookToken: NotRequired[str]
+    billableMarginPct: NotRequired[float]
+
+
+@with_config(VIEW)
+class StoredBootstrap(TypedDict):
+    """The pool's bootstrap defaults as stored: only the fields that were set."""
+
+    controlplaneHttpUrl: NotRequired[str]
+    controlplaneGrpcHost: NotRequired[str]
+    controlplaneGrpcPort: NotRequired[int]
+    controlplaneGrpcTls: NotRequired[bool]
+    transport: NotRequired[str]
+    executor: NotRequired[str]
+    fallback: NotRequired[str]
+    disabledServices: NotRequired[list[str]]
+    imageRegistryStore: NotRequired[str]
+    imageClipVersion: NotRequired[int]
+    imageLocalCacheEnabled: NotRequired[bool]
+    telemetry: NotRequired[StoredTelemetry]
+    billing: NotRequired[StoredBilling]
+    workerImage: NotRequired[str]
+
+
+@with_config(VIEW)
+class StoredClusterSettings(TypedDict):
+    requiredNodeVersion: NotRequired[str]
+
+
+@with_config(VIEW)
+class Pool(TypedDict):
+    tenantId: TenantId
+    poolId: PoolId
+    siteId: SiteId
+    name: str
+    workspaceId: str
+    state: Literal["active", "archived"]
+    bootstrap: StoredBootstrap
+    joinRequestTtlSeconds: int
+    certificateTtlSeconds: int
+    cluster: StoredClusterSettings | None
+    createdAt: Timestamp
+    updatedAt: Timestamp
+    archivedAt: Timestamp | None
+
+
+@with_config(VIEW)
+class PoolList(TypedDict):
+    pools: list[Pool]
+    nextCursor: NotRequired[str]
+
+
+# --- join tokens -------------------------------------------------------------------------------
+
+
+@with_config(VIEW)
+class TokenAttestation(TypedDict):
+    discovery: Literal["off", "defer-unknown"]
+    tpm: Literal["off", "defer-unlisted", "require"]
+    identity: NotRequired[
+        Annotated[
+            Literal["any", "key"],
+            Field(description="Absent on tokens made before the setting existed: `any`."),
+        ]
+    ]
+
+
+@with_config(VIEW)
+class JoinToken(TypedDict):
+    tokenId: Annotated[str, Field(pattern=tokens.TOKEN_ID)]
+    tenantId: TenantId
+    siteId: SiteId
+    poolId: Annotated[PoolId | None, Field(description="null for a site token")]
+    description: str
+    state: Literal["active", "expired", "exhausted", "revoked"]
+    expiresAt: Timestamp
+    maxUses: int
+    usesRemaining: int
+    requireApproval: bool
+    attestation: TokenAttestation
+    createdAt: Timestamp
+    createdBy: str | None
+    revokedAt: Timestamp | None
+    revokedBy: str | None
+
+
+@with_config(VIEW)
+class JoinTokenCreated(JoinToken):
+    token: Annotated[
+        str,
+        Field(
+            pattern=r"^jpt_[0-9a-hjkmnp-tv-z]{26}_[0-9a-hjkmnp-tv-z]{32}$",
+            description="The secret, shown this once; only its SHA-256 is stored.",
+        ),
+    ]
+
+
+@with_config(VIEW)
+class JoinTokenList(TypedDict):
+    joinTokens: list[JoinToken]
+    nextCursor: NotRequired[str]
+
+
+# --- machines and join requests ----------------------------------------------------------------
+
+
+@with_config(VIEW)
+class HardwareFacts(TypedDict):
+    serialNumber: NotRequired[str]
+    systemUuid: NotRequired[str]
+    macAddresses: NotRequired[list[str]]
+
+
+@with_config(VIEW)
+class TpmFacts(TypedDict):
+    ekPublicKeySha256: NotRequired[str]
+
+
+@with_config(VIEW)
+class PreflightResult(TypedDict):
+    name: str
+    ok: bool
+    message: str
+    severity: str
+
+
+@with_config(VIEW)
+class Machine(TypedDict):
+    machineId: Annotated[str, Field(pattern=machines.MACHINE_ID)]
+    tenantId: TenantId
+    siteId: SiteId
+    poolId: PoolId
+    state: Literal["active", "revoked"]
+    schedulable: bool
+    hostname: str
+    os: str
+    arch: str
+    cpuCount: int
+    memoryMb: int
+    gpuCount: int
+    hardware: HardwareFacts
+    tpm: TpmFacts
+    preflight: list[PreflightResult]
+    workerImageBaseline: str | None
+    certificateSerial: str | None
+    certificateExpiresAt: Timestamp | None
+    requestId: str | None
+    tokenId: str | None
+    joinedAt: Timestamp
+    rejoinedAt: Timestamp | None
+    revokedAt: Timestamp | None
+    revokedBy: str | None
+    revokeReason: str | None
+
+
+@with_config(VIEW)
+class MachineList(TypedDict):
+    machines: list[Machine]
+    nextCursor: NotRequired[str]
+
+
+@with_config(VIEW)
+class AttestorReason(TypedDict):
+    attestor: str
+    code: str
+    message: str
+
+
+@with_config(VIEW)
+class RequestedMachine(TypedDict):
+    fingerprint: str
+    hostname: str
+    os: str
+    arch: str
+    cpuCount: int
+    memoryMb: int
+    gpuCount: int
+    hardware: HardwareFacts
+    tpm: TpmFacts
+
+
+@with_config(VIEW)
+class JoinRequest(TypedDict):
+    requestId: Annotated[str, Field(pattern=REQUEST_ID)]
+    tenantId: TenantId
+    siteId: SiteId
+    poolId: Annotated[
+        PoolId | None, Field(description="null while the request is its site's and no pool claimed it")
+    ]
+    state: Literal["pending", "approved", "rejected", "expired", "consumed"]
+    reasons: list[AttestorReason]
+    machine: RequestedMachine
+    csrPublicKeySha256: SHA256 | None
+    createdAt: Timestamp
+    expiresAt: Timestamp
+    decidedAt: Timestamp | None
+    decidedBy: str | None
+    reason: str | None
+    consumedAt: Timestamp | None
+    machineId: str | None
+
+
+@with_config(VIEW)
+class JoinRequestList(TypedDict):
+    requests: list[JoinRequest]
+    nextCursor: NotRequired[str]
+
+
+# --- discovery, TPM allow-lists, audit ---------------------------------------------------------
+
+
+@with_config(VIEW)
+class DiscoveryEntry(TypedDict):
+    entryId: Annotated[str, Field(pattern=discovery.ENTRY_ID)]
+    tenantId: TenantId
+    siteId: SiteId
+    serialNumber: str | None
+    systemUuid: str | None
+    macAddresses: list[str]
+    machineFingerprint: str | None
+    hostname: str | None
+    description: str
+    createdAt: Timestamp
+    createdBy: str | None
+
+
+@with_config(VIEW)
+class DiscoveryList(TypedDict):
+    entries: list[DiscoveryEntry]
+    nextCursor: NotRequired[str]
+
+
+@with_config(VIEW)
+class AllowedKey(TypedDict):
+    tenantId: TenantId
+    siteId: SiteId
+    ekPublicKeySha256: SHA256
+    addedFrom: Literal["hash", "certificate"]
+    description: str
+    createdAt: Timestamp
+    createdBy: str | None
+
+
+@with_config(VIEW)
+class AllowedKeyList(TypedDict):
+    keys: list[AllowedKey]
+    nextCursor: NotRequired[str]
+
+
+@with_config(VIEW)
+class AuditEvent(TypedDict):
+    eventId: str
+    detailType: Annotated[str, Field(pattern=audit.DETAIL_TYPE)]
+    occurredAt: Timestamp
+    tenantId: TenantId
+    siteId: str | None
+    poolId: str | None
+    detail: Annotated[dict[str, Any], Field(description="The EventBridge event's `detail`, as published")]
+
+
+@with_config(VIEW)
+class AuditEventList(TypedDict):
+    events: list[AuditEvent]
+    nextCursor: NotRequired[str]
+
+
+# --- clusters ----------------------------------------------------------------------------------
+
+
+@with_config(VIEW)
+class ClusterKeyRotated(TypedDict):
+    tenantId: TenantId
+    poolId: PoolId
+    clusterKeyId: str
+    clusterKey: Annotated[str, Field(description="The secret `X-Cluster-Key`, shown this once.")]
+    rotatedAt: Timestamp
+
+
+@with_config(VIEW)
+class ClusterNode(TypedDict):
+    nodeId: str
+    nodeIp: str
+    nodeVersion: str
+    digest: str
+    guestCount: int
+    joinedAt: Timestamp
+
+
+@with_config(VIEW)
+class ClusterNodeList(TypedDict):
+    nodes: list[ClusterNode]
+    nextCursor: NotRequired[str]
+
+
+@with_config(VIEW)
+class ClusterGuest(TypedDict):
+    guestId: int
+    guestType: str
+    nodeId: str
+
+
+@with_config(VIEW)
+class ClusterGuestList(TypedDict):
+    guests: list[ClusterGuest]
+    nextCursor: NotRequired[int]

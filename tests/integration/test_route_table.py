@@ -1,0 +1,75 @@
+"""joinplane.routes is the one route table: template.yaml's HttpApi events must be exactly it (sam
+deploys from the YAML, so it is checked rather than generated), and every function binds every
+route the table gives it."""
+
+from __future__ import annotations
+
+import pytest
+
+from joinplane import routes
+from joinplane.http import Router
+from joinplane_local.template import load
+from tests.support import function_specs, load_function
+
+
+def template_routes() -> set[tuple[str, str, str, bool]]:
+    """(method, path, logical id, behind the API key authorizer) of every HttpApi event."""
+    found = set()
+    for logical_id, resource in load()["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        for event in (resource["Properties"].get("Events") or {}).values():
+            if event["Type"] == "HttpApi":
+                props = event["Properties"]
+                authorizer = (props.get("Auth") or {}).get("Authorizer")
+                found.add((props["Method"], props["Path"], logical_id, authorizer == "ApiKeyAuthorizer"))
+    return found
+
+
+def test_the_template_routes_are_exactly_the_table() -> None:
+    table = {(r.method, r.path, r.function, r.auth == "api-key") for r in routes.ROUTES}
+    assert template_routes() == table
+
+
+def test_routes_and_operations_are_unique() -> None:
+    assert len({(r.method, r.path) for r in routes.ROUTES}) == len(routes.ROUTES)
+    assert len({r.operation for r in routes.ROUTES}) == len(routes.ROUTES)
+
+
+@pytest.mark.parametrize("function", sorted({r.function for r in routes.ROUTES}))
+def test_every_function_binds_every_route_the_table_gives_it(function: str) -> None:
+    router = load_function(function).routes
+    assert isinstance(router, Router)
+    assert router.function == function
+    assert router.unbound() == []
+
+
+def test_every_http_function_has_a_router_from_the_table() -> None:
+    # A handler file that answers HTTP without the table's router would escape the check above.
+    with_routes = {r.function for r in routes.ROUTES}
+    for logical_id, spec in function_specs().items():
+        if logical_id in with_routes:
+            assert (
+                getattr(load_function(logical_id), spec.handler_attr)
+                == load_function(logical_id).routes.handle
+            )
+
+
+def test_a_route_the_table_lacks_is_refused_when_the_handler_binds_it() -> None:
+    router = Router("PoolsFunction", lambda error: {"error": error.code})
+    with pytest.raises(LookupError):
+        router.operation("pools.destroy")
+    with pytest.raises(LookupError):
+        router.operation("joinTokens.create")  # the table's, but another function's
+    with pytest.raises(LookupError):
+        Router("NoSuchFunction", lambda error: {})
+
+
+def test_an_unbound_route_is_reported() -> None:
+    router = Router("PoolsFunction", lambda error: {"error": error.code})
+
+    @router.operation("pools.get")
+    def get(request: object) -> dict[str, str]:
+        return {}
+
+    assert router.unbound() == ["pools.create", "pools.list", "pools.update", "pools.archive"]
