@@ -1,0 +1,336 @@
+"""Join requests in the table.
+
+- Request: `JREQ#<requestId>` / `JREQ`.
+- Listing (gsi1): `JREQS#<tenant>#POOL#<poolId>#<stored state>` for a pool's requests and
+  `JREQS#<tenant>#SITE#<siteId>#<stored state>` for a site's unclaimed ones, sorted by requestId.
+  Every transition moves the item between partitions in the same write. Keeping the state in the
+  partition key makes a page of one state cost the same however many requests of other states or
+  pools exist.
+- Open requests (gsi2, sparse: only while pending or approved): `OPENJREQ#<shard>` /
+  `<expiresAtEpoch, 12 digits>#<requestId>`, read by the retention job up to now.
+- `ttl`: DynamoDB TTL deletes a request `RETENTION_SECONDS` after its expiry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from joinplane.dal import dynamo
+from joinplane.dal.dynamo import Item
+
+RETENTION_SECONDS = 30 * 86_400
+OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
+OPEN_STATES = ("pending", "approved")
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    request_id: str
+    tenant_id: str
+    site_id: str
+    pool_id: str | None  # None: a site's request no pool has claimed yet
+    token_id: str
+    identity: str
+    state: str  # stored: pending | approved | rejected | expired | consumed; see `state_at`
+    reasons: list[dict[str, str]]  # the attestors' votes that deferred it
+    machine: dict[str, Any]  # the machine's facts as it sent them
+    csr_public_key_sha256: str | None
+    created_at: str
+    expires_at: str
+    expires_at_epoch: int
+    decided_at: str | None = None
+    decided_by: str | None = None
+    reason: str | None = None  # the operator's, on approval or rejection
+    consumed_at: str | None = None
+    machine_id: str | None = None
+    expired_at: str | None = None
+
+    @property
+    def ttl(self) -> int:
+        return self.expires_at_epoch + RETENTION_SECONDS
+
+    def state_at(self, now_epoch: float) -> str:
+        """The state as read at `now_epoch`: an open request past its expiry reads `expired`
+        whatever is stored, so no job has to run for expiry to hold."""
+        if self.state in OPEN_STATES and self.expires_at_epoch <= now_epoch:
+            return "expired"
+        return self.state
+
+    @classmethod
+    def from_item(cls, item: Item) -> JoinRequest:
+        return cls(
+            request_id=item["requestId"],
+            tenant_id=item["tenantId"],
+            site_id=item["siteId"],
+            pool_id=item.get("poolId"),
+            token_id=item["tokenId"],
+            identity=item["identity"],
+            state=item["state"],
+            reasons=list(item.get("reasons") or []),
+            machine=dict(item.get("machine") or {}),
+            csr_public_key_sha256=item.get("csrPublicKeySha256"),
+            created_at=item["createdAt"],
+            expires_at=item["expiresAt"],
+            expires_at_epoch=int(item["expiresAtEpoch"]),
+            decided_at=item.get("decidedAt"),
+            decided_by=item.get("decidedBy"),
+            reason=item.get("reason"),
+            consumed_at=item.get("consumedAt"),
+            machine_id=item.get("machineId"),
+            expired_at=item.get("expiredAt"),
+        )
+
+    def to_item(self) -> Item:
+        pk, sk = request_key(self.request_id)
+        item: Item = {
+            "pk": pk,
+            "sk": sk,
+            "gsi1pk": list_partition(self.tenant_id, self.site_id, self.pool_id, self.state),
+            "gsi1sk": self.request_id,
+            "requestId": self.request_id,
+            "tenantId": self.tenant_id,
+            "siteId": self.site_id,
+            "poolId": self.pool_id,
+            "tokenId": self.token_id,
+            "identity": self.identity,
+            "state": self.state,
+            "reasons": self.reasons,
+            "machine": self.machine,
+            "csrPublicKeySha256": self.csr_public_key_sha256,
+            "createdAt": self.created_at,
+            "expiresAt": self.expires_at,
+            "expiresAtEpoch": self.expires_at_epoch,
+            "decidedAt": self.decided_at,
+            "decidedBy": self.decided_by,
+            "reason": self.reason,
+            "consumedAt": self.consumed_at,
+            "machineId": self.machine_id,
+            "expiredAt": self.expired_at,
+            "ttl": self.ttl,
+        }
+        if self.state in OPEN_STATES:
+            item.update(open_index(self.request_id, self.expires_at_epoch))
+        return item
+
+
+def request_key(request_id: str) -> tuple[str, str]:
+    return f"JREQ#{request_id}", "JREQ"
+
+
+def list_partition(tenant_id: str, site_id: str, pool_id: str | None, state: str) -> str:
+    owner = f"POOL#{pool_id}" if pool_id else f"SITE#{site_id}"
+    return f"JREQS#{tenant_id}#{owner}#{state}"
+
+
+def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
+    """gsi2 keys while a request is open: by expiry, for the retention job."""
+    shard = int(hashlib.sha256(request_id.encode()).hexdigest(), 16) % OPEN_SHARDS
+    return {"gsi2pk": f"OPENJREQ#{shard}", "gsi2sk": f"{expires_epoch:012d}#{request_id}"}
+
+
+class RequestLost(Exception):
+    """A conditional change did not hold: `current` is the request as it is now (None: absent)."""
+
+    def __init__(self, current: JoinRequest | None) -> None:
+        super().__init__("join request changed")
+        self.current = current
+
+
+def _lost(failure: dynamo.ConditionFailed) -> RequestLost:
+    return RequestLost(JoinRequest.from_item(failure.current) if failure.current else None)
+
+
+def get(request_id: str) -> JoinRequest | None:
+    item = dynamo.get(*request_key(request_id))
+    return JoinRequest.from_item(item) if item else None
+
+
+# --- transitions ---------------------------------------------------------------------------------
+
+
+def put_new(request: JoinRequest, *, name: str = "request") -> dynamo.Write:
+    """A transaction action storing a new request (it holds only if the id is free)."""
+    return dynamo.Write("Put", item=request.to_item(), condition="attribute_not_exists(pk)", name=name)
+
+
+def approve(
+    request_id: str,
+    *,
+    tenant_id: str,
+    site_id: str,
+    pool_id: str,
+    expires_at: str,
+    expires_at_epoch: int,
+    decided_at: str,
+    decided_by: str,
+    reason: str | None,
+    now_epoch: int,
+) -> JoinRequest:
+    """pending → approved for the pool `pool_id` (claiming a site's request), with a new expiry.
+    Holds only while the request is pending, unexpired at `now_epoch` and unclaimed or already this
+    pool's; RequestLost otherwise."""
+    values: dict[str, Any] = {
+        ":approved": "approved",
+        ":pending": "pending",
+        ":pool": pool_id,
+        ":now": now_epoch,
+        ":expiresAt": expires_at,
+        ":expiresAtEpoch": expires_at_epoch,
+        ":decidedAt": decided_at,
+        ":by": decided_by,
+        ":partition": list_partition(tenant_id, site_id, pool_id, "approved"),
+        ":ttl": expires_at_epoch + RETENTION_SECONDS,
+        ":open": open_index(request_id, expires_at_epoch)["gsi2sk"],
+    }
+    update = (
+        "SET #state = :approved, poolId = :pool, expiresAt = :expiresAt, expiresAtEpoch = :expiresAtEpoch, "
+        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl, gsi2sk = :open"
+    )
+    if reason:
+        update += ", reason = :reason"
+        values[":reason"] = reason
+    try:
+        item = dynamo.update(
+            *request_key(request_id),
+            update=update,
+            condition=(
+                "#state = :pending AND expiresAtEpoch > :now "
+                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
+            ),
+            names={"#state": "state", "#ttl": "ttl"},
+            values=values,
+        )
+    except dynamo.ConditionFailed as failure:
+        raise _lost(failure) from None
+    return JoinRequest.from_item(item)
+
+
+def reject(
+    request: JoinRequest, *, decided_at: str, decided_by: str, reason: str | None, now_epoch: int
+) -> JoinRequest:
+    """pending or approved → rejected, for the request as read. The write holds only while its owner
+    is still the one read (the listing partition is chosen for that owner, so a pool claiming the
+    request meanwhile makes it fail rather than land in the wrong partition); RequestLost otherwise."""
+    values: dict[str, Any] = {
+        ":rejected": "rejected",
+        ":pending": "pending",
+        ":approved": "approved",
+        ":now": now_epoch,
+        ":decidedAt": decided_at,
+        ":by": decided_by,
+        ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "rejected"),
+    }
+    update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
+    removes = ["gsi2pk", "gsi2sk"]
+    if reason:
+        update += ", reason = :reason"
+        values[":reason"] = reason
+    else:
+        removes.append("reason")  # an approval's reason must not read as the rejection's
+    update += " REMOVE " + ", ".join(removes)
+    if request.pool_id is None:
+        owner = "attribute_not_exists(poolId)"
+    else:
+        owner = "poolId = :owner"
+        values[":owner"] = request.pool_id
+    try:
+        item = dynamo.update(
+            *request_key(request.request_id),
+            update=update,
+            condition=f"(#state = :pending OR #state = :approved) AND expiresAtEpoch > :now AND {owner}",
+            names={"#state": "state"},
+            values=values,
+        )
+    except dynamo.ConditionFailed as failure:
+        raise _lost(failure) from None
+    return JoinRequest.from_item(item)
+
+
+def consume(
+    request: JoinRequest, *, machine_id: str, now: str, now_epoch: int, name: str = "request"
+) -> dynamo.Write:
+    """A transaction action: approved → consumed by the machine `machine_id`; holds only while the
+    request is approved and unexpired at `now_epoch`."""
+    pk, sk = request_key(request.request_id)
+    return dynamo.Write(
+        "Update",
+        pk=pk,
+        sk=sk,
+        update=(
+            "SET #state = :consumed, consumedAt = :now, machineId = :machine, "
+            "gsi1pk = :partition REMOVE gsi2pk, gsi2sk"
+        ),
+        condition="#state = :approved AND expiresAtEpoch > :epoch",
+        names={"#state": "state"},
+        values={
+            ":consumed": "consumed",
+            ":approved": "approved",
+            ":now": now,
+            ":machine": machine_id,
+            ":epoch": now_epoch,
+            ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "consumed"),
+        },
+        name=name,
+    )
+
+
+def mark_expired(request: JoinRequest, *, now_epoch: int) -> bool:
+    """pending or approved, past its expiry at `now_epoch` → expired. False when the request was
+    decided, consumed or marked since it was read (nothing is written then)."""
+    try:
+        dynamo.update(
+            *request_key(request.request_id),
+            update="SET #state = :expired, expiredAt = expiresAt, gsi1pk = :partition REMOVE gsi2pk, gsi2sk",
+            condition="(#state = :pending OR #state = :approved) AND expiresAtEpoch <= :now",
+            names={"#state": "state"},
+            values={
+                ":expired": "expired",
+                ":pending": "pending",
+                ":approved": "approved",
+                ":now": now_epoch,
+                ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "expired"),
+            },
+        )
+    except dynamo.ConditionFailed:
+        return False
+    return True
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestPage:
+    requests: list[JoinRequest]
+    complete: bool  # the partition holds nothing after the last request
+
+
+def list_partition_page(
+    tenant_id: str, site_id: str, pool_id: str | None, state: str, *, after: str | None, limit: int
+) -> RequestPage:
+    """One page of the requests stored as `state` of a pool (or, `pool_id` None, of a site's
+    unclaimed ones) in requestId order, after `after`."""
+    page = dynamo.query(
+        pk=list_partition(tenant_id, site_id, pool_id, state), index="gsi1", sk_after=after, limit=limit
+    )
+    return RequestPage([JoinRequest.from_item(item) for item in page.items], page.last_key is None)
+
+
+@dataclass(frozen=True)
+class DuePage:
+    requests: list[JoinRequest]
+    next: Item | None  # where the next page of this shard starts; None: the shard is done
+
+
+def open_due(shard: int, *, now_epoch: int, limit: int, start: Item | None = None) -> DuePage:
+    """One page of a shard's open requests whose expiry is at or before `now_epoch` (gsi2)."""
+    page = dynamo.query(
+        pk=f"OPENJREQ#{shard}",
+        index="gsi2",
+        sk_below=f"{now_epoch:012d}#~",
+        limit=limit,
+        start_after=start,
+    )
+    return DuePage([JoinRequest.from_item(item) for item in page.items], page.last_key)
