@@ -4,12 +4,15 @@ route the table gives it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from joinplane import routes
 from joinplane.http import Router
 from joinplane_local.template import load
-from tests.support import function_specs, load_function
+from tests.support import ROOT, function_specs, load_function
 
 
 def template_routes() -> set[tuple[str, str, str, bool]]:
@@ -73,3 +76,20 @@ def test_an_unbound_route_is_reported() -> None:
         return {}
 
     assert router.unbound() == ["pools.create", "pools.list", "pools.update", "pools.archive"]
+
+
+def test_no_function_imports_the_views_or_pydantic_schemas_at_cold_start() -> None:
+    # joinplane.views is for the type checker and the OpenAPI generator: the domain imports it
+    # only under TYPE_CHECKING, so it must cost a function's cold start nothing.
+    probe = (
+        "import sys; sys.path[:0] = sys.argv[1:3]; import app; "
+        "print(sorted(m for m in sys.modules if m in ('joinplane.views', 'joinplane_local')))"
+    )
+    for spec in function_specs().values():
+        found = subprocess.run(
+            [sys.executable, "-c", probe, str(spec.code_dir), str(ROOT / "layers" / "domain")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert found.strip() == "[]", spec.logical_id

@@ -6,7 +6,7 @@ Stored item: `APIKEY#<keyId>` / `APIKEY`, listed per tenant through gsi1. The se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -15,6 +15,9 @@ from joinplane.errors import NotFound, PermissionDenied
 from joinplane.grants import Grant, Principal, Resource
 from joinplane.keyauth import ID_PREFIX, SECRET_PREFIX, key_pk
 from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 KEY_ID_PATTERN = rf"^key_{ULID}$"
 READ, WRITE = "iam:api-keys:read", "iam:api-keys:write"
@@ -44,7 +47,7 @@ def _tenant_index(tenant_id: str) -> str:
     return f"TENANT#{tenant_id}#APIKEYS"
 
 
-def _view(item: dict[str, Any]) -> dict[str, Any]:
+def _view(item: dict[str, Any]) -> views.ApiKey:
     return {
         "keyId": item["keyId"],
         "tenantId": item["tenantId"],
@@ -82,7 +85,7 @@ def new_key_item(
     return secret, item
 
 
-def create(principal: Principal, request: CreateApiKey) -> dict[str, Any]:
+def create(principal: Principal, request: CreateApiKey) -> views.ApiKeyCreated:
     principal.authorize(WRITE, Resource(request.tenantId, kind="tenant"))
     grants = [Grant.parse(text) for text in request.grants]
     for grant in grants:
@@ -95,19 +98,19 @@ def create(principal: Principal, request: CreateApiKey) -> dict[str, Any]:
     return {**_view(item), "key": secret}
 
 
-def list_keys(principal: Principal, request: ListApiKeys) -> dict[str, Any]:
+def list_keys(principal: Principal, request: ListApiKeys) -> views.ApiKeyList:
     principal.authorize(READ, Resource(request.tenantId, kind="tenant"))
     page = store.query(
         pk=_tenant_index(request.tenantId), index="gsi1", limit=request.limit, sk_after=request.cursor
     )
     keys = [_view(item) for item in page.items]
-    result: dict[str, Any] = {"apiKeys": keys}
+    result: views.ApiKeyList = {"apiKeys": keys}
     if page.last_key is not None and keys:
         result["nextCursor"] = keys[-1]["keyId"]
     return result
 
 
-def revoke(principal: Principal, request: RevokeApiKey) -> dict[str, Any]:
+def revoke(principal: Principal, request: RevokeApiKey) -> views.ApiKey:
     """Revoke a key of the tenant. The mirror of `create`'s rule: a key may only revoke a key whose
     every grant it could have handed out, so a narrow key cannot revoke the administrators'."""
     principal.authorize(WRITE, Resource(request.tenantId, kind="tenant"))

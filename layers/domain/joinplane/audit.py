@@ -8,13 +8,16 @@ conditional put refuses it: the consumer is idempotent on `eventId` with no extr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from joinplane import clock, pools, store
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 READ = "audit:events:read"
 RETENTION_SECONDS = 90 * 86_400
@@ -69,7 +72,7 @@ def record(event: dict[str, Any]) -> bool:
     return True
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.AuditEvent:
     return {
         "eventId": item["eventId"],
         "detailType": item["detailType"],
@@ -81,7 +84,7 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_events(principal: Principal, request: ListAuditEvents) -> dict[str, Any]:
+def list_events(principal: Principal, request: ListAuditEvents) -> views.AuditEventList:
     """Newest first. With poolId, the pool's events (a pool-scoped key suffices); without, the
     tenant's (a tenant-wide grant is needed)."""
     if request.poolId is not None:
@@ -90,7 +93,7 @@ def list_events(principal: Principal, request: ListAuditEvents) -> dict[str, Any
     else:
         principal.authorize(READ, Resource(request.tenantId, kind="tenant"))
         pk, index = f"AUDIT#{request.tenantId}", None
-    events: list[dict[str, Any]] = []
+    events: list[views.AuditEvent] = []
     cursor, last_key = request.cursor, None
     # A detailType filter is applied by DynamoDB after reading; a few reads fill a page.
     for _ in range(5):
@@ -109,7 +112,7 @@ def list_events(principal: Principal, request: ListAuditEvents) -> dict[str, Any
         if last_key is None or len(events) >= request.limit:
             break
     events = events[: request.limit]
-    result: dict[str, Any] = {"events": events}
+    result: views.AuditEventList = {"events": events}
     if events and (last_key is not None or len(events) == request.limit):
         last = events[-1]
         result["nextCursor"] = f"{last['occurredAt']}#{RANK.get(last['detailType'], 9)}#{last['eventId']}"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -25,6 +25,9 @@ from joinplane.errors import AlreadyExists, InvalidArgument, JoinplaneError, Not
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
 from joinplane.wire import TEXT, ULID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 READ, WRITE = "compute:discovery:read", "compute:discovery:write"
 ID_PREFIX = "disc"
@@ -160,7 +163,7 @@ def identifiers(entry: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.DiscoveryEntry:
     return {
         "entryId": item["entryId"],
         "tenantId": item["tenantId"],
@@ -180,7 +183,7 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
     pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
-def register(principal: Principal, request: RegisterEntry) -> dict[str, Any]:
+def register(principal: Principal, request: RegisterEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
     entry_id = ids.new_id(ID_PREFIX)
     tenant, site = request.tenantId, request.siteId
@@ -255,7 +258,7 @@ def _transact(
     raise Unavailable("the site's inventory is busy, retry")
 
 
-def list_entries(principal: Principal, request: ListEntries) -> dict[str, Any]:
+def list_entries(principal: Principal, request: ListEntries) -> views.DiscoveryList:
     """Entries oldest first (entry ids are ULIDs). Index items sort after the entries in the same
     partition: a page that reaches one has reached the end."""
     _site(principal, request, READ)
@@ -266,14 +269,14 @@ def list_entries(principal: Principal, request: ListEntries) -> dict[str, Any]:
         else store.query(pk=pk, sk_prefix="ENTRY#", limit=request.limit, consistent=True)
     )
     entries = [view(item) for item in page.items if item["sk"].startswith("ENTRY#")]
-    result: dict[str, Any] = {"entries": entries}
+    result: views.DiscoveryList = {"entries": entries}
     reached_end = len(entries) < len(page.items)
     if page.last_key is not None and entries and not reached_end:
         result["nextCursor"] = entries[-1]["entryId"]
     return result
 
 
-def remove(principal: Principal, request: RemoveEntry) -> dict[str, Any]:
+def remove(principal: Principal, request: RemoveEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
     tenant, site = request.tenantId, request.siteId
     item = store.get(*entry_key(tenant, site, request.entryId))

@@ -14,7 +14,7 @@ key makes a page of one state cost the same however many requests of other state
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,9 @@ from joinplane import clock, pools, store
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 ID_PREFIX = "jreq"
 RETENTION_SECONDS = 30 * 86_400  # DynamoDB TTL deletes a request this long after its expiry
@@ -45,10 +48,10 @@ def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
     return {"gsi2pk": f"OPENJREQ#{shard}", "gsi2sk": f"{expires_epoch:012d}#{request_id}"}
 
 
-def state_now(item: dict[str, Any]) -> str:
+def state_now(item: dict[str, Any]) -> views.JoinRequestState:
     if item["state"] in ("pending", "approved") and item["expiresAtEpoch"] <= clock.epoch():
         return "expired"
-    return str(item["state"])
+    return cast("views.JoinRequestState", item["state"])
 
 
 def new_item(
@@ -90,7 +93,7 @@ def new_item(
     }
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
     machine = item.get("machine") or {}
     return {
@@ -162,7 +165,7 @@ def _visible(pool: dict[str, Any], request_id: str) -> dict[str, Any]:
     return item
 
 
-def approve(principal: Principal, request: ApproveJoinRequest) -> dict[str, Any]:
+def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequest:
     """pending → approved, claiming a site request for this pool, in one conditional write. An
     approval already made for this pool is returned unchanged (and publishes nothing)."""
     pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
@@ -222,7 +225,7 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> dict[str, Any]
     return view(written)
 
 
-def reject(principal: Principal, request: DecideJoinRequest) -> dict[str, Any]:
+def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinRequest:
     """pending or approved-but-unused → rejected. Already rejected: unchanged. The machine's later
     retry with that CSR is refused (7)."""
     pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
@@ -303,7 +306,7 @@ _SOURCES = {
 MAX_ROUNDS = 3
 
 
-def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, Any]:
+def list_requests(principal: Principal, request: ListJoinRequests) -> views.JoinRequestList:
     """The pool's own requests and its site's unclaimed ones, oldest first, by state as read now.
 
     Every source partition (pool or site x stored state) is read after the cursor and the results
@@ -344,7 +347,7 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> dict[str, 
             break
         cursor = bound
     page_items = matching[: request.limit]
-    result: dict[str, Any] = {"requests": [view(item) for item in page_items]}
+    result: views.JoinRequestList = {"requests": [view(item) for item in page_items]}
     if len(matching) > request.limit:
         result["nextCursor"] = page_items[-1]["requestId"]
     elif open_partitions and cursor:

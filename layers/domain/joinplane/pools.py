@@ -8,7 +8,7 @@ is what site-scoped join tokens and grants refer to.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +16,9 @@ from joinplane import clock, store
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 READ, WRITE = "compute:pools:read", "compute:pools:write"
 DEFAULT_JOIN_REQUEST_TTL = 86_400
@@ -129,7 +132,7 @@ def resource_of(item: dict[str, Any]) -> Resource:
     return Resource(item["tenantId"], item["siteId"], item["poolId"], kind="pool")
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.Pool:
     return {
         "tenantId": item["tenantId"],
         "poolId": item["poolId"],
@@ -137,7 +140,7 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
         "name": item["name"],
         "workspaceId": item["workspaceId"],
         "state": item["state"],
-        "bootstrap": item.get("bootstrap") or {},
+        "bootstrap": cast("views.StoredBootstrap", item.get("bootstrap") or {}),
         "joinRequestTtlSeconds": item["joinRequestTtlSeconds"],
         "certificateTtlSeconds": item["certificateTtlSeconds"],
         "cluster": item.get("cluster"),
@@ -185,7 +188,7 @@ def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> N
         )
 
 
-def create(principal: Principal, request: CreatePool) -> dict[str, Any]:
+def create(principal: Principal, request: CreatePool) -> views.Pool:
     authorize_placement(principal, request.tenantId, request.siteId)
     now = clock.rfc3339(clock.now())
     pk, sk = pool_key(request.tenantId, request.poolId)
@@ -230,11 +233,11 @@ def create(principal: Principal, request: CreatePool) -> dict[str, Any]:
     return view(item)
 
 
-def get(principal: Principal, request: PoolRef) -> dict[str, Any]:
+def get(principal: Principal, request: PoolRef) -> views.Pool:
     return view(load(principal, request.tenantId, request.poolId, READ))
 
 
-def update(principal: Principal, request: UpdatePool) -> dict[str, Any]:
+def update(principal: Principal, request: UpdatePool) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
     changes: dict[str, Any] = {}
     for name in request.model_fields_set - {"tenantId", "poolId"}:
@@ -273,7 +276,7 @@ def update(principal: Principal, request: UpdatePool) -> dict[str, Any]:
     return view(item)
 
 
-def archive(principal: Principal, request: PoolRef) -> dict[str, Any]:
+def archive(principal: Principal, request: PoolRef) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
     now = clock.rfc3339(clock.now())
     try:
@@ -291,7 +294,7 @@ def archive(principal: Principal, request: PoolRef) -> dict[str, Any]:
     return view(item)
 
 
-def list_pools(principal: Principal, request: ListPools) -> dict[str, Any]:
+def list_pools(principal: Principal, request: ListPools) -> views.PoolList:
     """Pools of the tenant the caller can read, in poolId order. Pools the key cannot see are
     skipped, so a page can hold fewer than `limit`; `nextCursor` continues after the last pool
     examined."""
@@ -319,7 +322,7 @@ def list_pools(principal: Principal, request: ListPools) -> dict[str, Any]:
             continue
         if principal.can(READ, resource_of(item)):
             pools.append(view(item))
-    result: dict[str, Any] = {"pools": pools}
+    result: views.PoolList = {"pools": pools}
     reached_end = any(not item["sk"].startswith("POOL#") for item in page.items)
     if page.last_key is not None and examined is not None and not reached_end:
         result["nextCursor"] = examined

@@ -10,7 +10,7 @@ still be matched to the token they came with.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -18,6 +18,9 @@ from joinplane import clock, credentials, ids, pools, store
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 SECRET_PREFIX = "jpt"
 ID_PREFIX = "jtok"
@@ -81,7 +84,7 @@ def _list_key(tenant_id: str, pool_id: str | None, site_id: str | None) -> str:
     )
 
 
-def state_now(item: dict[str, Any]) -> str:
+def state_now(item: dict[str, Any]) -> views.TokenState:
     """The token's state as read now: expiry and exhaustion need no background job."""
     if item["state"] == "revoked":
         return "revoked"
@@ -92,7 +95,7 @@ def state_now(item: dict[str, Any]) -> str:
     return "active"
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.JoinToken:
     return {
         "tokenId": item["tokenId"],
         "tenantId": item["tenantId"],
@@ -120,7 +123,7 @@ def _target(principal: Principal, request: TokenTarget, permission: str) -> Reso
     return pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
-def create(principal: Principal, request: CreateJoinToken) -> dict[str, Any]:
+def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCreated:
     target = _target(principal, request, CREATE)
     if target.pool_id is not None:
         pool = pools.get_active(target.tenant_id, target.pool_id)
@@ -158,7 +161,7 @@ def create(principal: Principal, request: CreateJoinToken) -> dict[str, Any]:
     return {**view(item), "token": secret}
 
 
-def list_tokens(principal: Principal, request: ListJoinTokens) -> dict[str, Any]:
+def list_tokens(principal: Principal, request: ListJoinTokens) -> views.JoinTokenList:
     target = _target(principal, request, READ)
     page = store.query(
         pk=_list_key(target.tenant_id, target.pool_id, target.site_id),
@@ -167,13 +170,13 @@ def list_tokens(principal: Principal, request: ListJoinTokens) -> dict[str, Any]
         sk_after=request.cursor,
     )
     tokens = [view(item) for item in page.items]
-    result: dict[str, Any] = {"joinTokens": tokens}
+    result: views.JoinTokenList = {"joinTokens": tokens}
     if page.last_key is not None and tokens:
         result["nextCursor"] = tokens[-1]["tokenId"]
     return result
 
 
-def revoke(principal: Principal, request: RevokeJoinToken) -> dict[str, Any]:
+def revoke(principal: Principal, request: RevokeJoinToken) -> views.JoinToken:
     principal.check_tenant(request.tenantId)
     item = store.get(*token_key(request.tokenId))
     if item is None or item["tenantId"] != request.tenantId:

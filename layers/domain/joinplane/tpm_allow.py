@@ -15,7 +15,7 @@ import base64
 import binascii
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -25,6 +25,9 @@ from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailab
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
 from joinplane.wire import TEXT
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 READ, WRITE = "compute:attestation:read", "compute:attestation:write"
 # Either case is accepted (Windows tools print hashes uppercase); stored and shown lowercase.
@@ -129,7 +132,7 @@ def _der_header(der: bytes, offset: int) -> tuple[int, int]:
     return int.from_bytes(der[offset + 2 : offset + 2 + count], "big"), offset + 2 + count
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.AllowedKey:
     return {
         "tenantId": item["tenantId"],
         "siteId": item["siteId"],
@@ -145,7 +148,7 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
     pools.load_site(principal, request.tenantId, request.siteId, permission)
 
 
-def add(principal: Principal, request: AddKey) -> dict[str, Any]:
+def add(principal: Principal, request: AddKey) -> views.AllowedKey:
     # The certificate is part of the request's shape: a bad one is refused before any lookup.
     if request.ekCertificatePem is not None:
         ek_sha256, added_from = ek_hash_from_certificate(request.ekCertificatePem), "certificate"
@@ -175,7 +178,7 @@ def add(principal: Principal, request: AddKey) -> dict[str, Any]:
     return view(item)
 
 
-def list_keys(principal: Principal, request: ListKeys) -> dict[str, Any]:
+def list_keys(principal: Principal, request: ListKeys) -> views.AllowedKeyList:
     _site(principal, request, READ)
     pk = partition(request.tenantId, request.siteId)
     page = (
@@ -184,13 +187,13 @@ def list_keys(principal: Principal, request: ListKeys) -> dict[str, Any]:
         else store.query(pk=pk, sk_prefix="EK#", limit=request.limit, consistent=True)
     )
     keys = [view(item) for item in page.items]
-    result: dict[str, Any] = {"keys": keys}
+    result: views.AllowedKeyList = {"keys": keys}
     if page.last_key is not None and keys:
         result["nextCursor"] = keys[-1]["ekPublicKeySha256"]
     return result
 
 
-def remove(principal: Principal, request: RemoveKey) -> dict[str, Any]:
+def remove(principal: Principal, request: RemoveKey) -> views.AllowedKey:
     _site(principal, request, WRITE)
     pk, sk = key_of(request.tenantId, request.siteId, request.ekPublicKeySha256.lower())
     item = store.get(pk, sk)

@@ -34,6 +34,8 @@ PoolId = Annotated[str, Field(pattern=POOL_ID)]
 SiteId = PoolId
 KeyId = Annotated[str, Field(pattern=apikeys.KEY_ID_PATTERN)]
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+TokenState = Literal["active", "expired", "exhausted", "revoked"]
+JoinRequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
 
 
 # --- API keys ----------------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class JoinToken(TypedDict):
     siteId: SiteId
     poolId: Annotated[PoolId | None, Field(description="null for a site token")]
     description: str
-    state: Literal["active", "expired", "exhausted", "revoked"]
+    state: TokenState
     expiresAt: Timestamp
     maxUses: int
     usesRemaining: int
@@ -281,7 +283,7 @@ class JoinRequest(TypedDict):
     poolId: Annotated[
         PoolId | None, Field(description="null while the request is its site's and no pool claimed it")
     ]
-    state: Literal["pending", "approved", "rejected", "expired", "consumed"]
+    state: JoinRequestState
     reasons: list[AttestorReason]
     machine: RequestedMachine
     csrPublicKeySha256: SHA256 | None

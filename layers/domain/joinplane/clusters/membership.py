@@ -41,7 +41,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -51,6 +51,9 @@ from joinplane.clusters.inventory import InventoryEntry, InventoryReport
 from joinplane.clusters.sylve_wire import AcceptJoin, go_trim_space
 from joinplane.errors import InvalidState, Unavailable
 from joinplane.grants import Principal
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 logger = logging.getLogger("joinplane")
 
@@ -421,7 +424,7 @@ class ListClusterGuests(pools.PoolRef):
     cursor: int | None = Field(default=None, ge=0, le=inventory.GUEST_ID_MAX)
 
 
-def rotate_key(principal: Principal, request: RotateClusterKey) -> dict[str, Any]:
+def rotate_key(principal: Principal, request: RotateClusterKey) -> views.ClusterKeyRotated:
     """One transaction: the new key item, the pool repointed (conditioned on the key it named, so
     concurrent rotations serialise), the old key item deleted."""
     for attempt in range(3):
@@ -493,7 +496,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> dict[str, Any
     raise Unavailable("the pool's cluster key kept changing; retry")
 
 
-def node_view(item: dict[str, Any]) -> dict[str, Any]:
+def node_view(item: dict[str, Any]) -> views.ClusterNode:
     return {
         "nodeId": item["nodeId"],
         "nodeIp": item["nodeIp"],
@@ -504,7 +507,7 @@ def node_view(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_nodes(principal: Principal, request: ListClusterNodes) -> dict[str, Any]:
+def list_nodes(principal: Principal, request: ListClusterNodes) -> views.ClusterNodeList:
     """Members in nodeId order; `nextCursor` (the last nodeId) while more may follow."""
     pools.load(principal, request.tenantId, request.poolId, READ)
     pk = node_pk(request.tenantId, request.poolId)
@@ -512,20 +515,20 @@ def list_nodes(principal: Principal, request: ListClusterNodes) -> dict[str, Any
         page = store.query(pk=pk, sk_after=f"NODE#{request.cursor}", limit=request.limit, consistent=True)
     else:
         page = store.query(pk=pk, sk_prefix="NODE#", limit=request.limit, consistent=True)
-    result: dict[str, Any] = {"nodes": [node_view(item) for item in page.items]}
+    result: views.ClusterNodeList = {"nodes": [node_view(item) for item in page.items]}
     if page.last_key is not None and page.items:
         result["nextCursor"] = page.items[-1]["nodeId"]
     return result
 
 
-def list_guests(principal: Principal, request: ListClusterGuests) -> dict[str, Any]:
+def list_guests(principal: Principal, request: ListClusterGuests) -> views.ClusterGuestList:
     """The registry's claims in guestId order, optionally of one node; `nextCursor` is the last
     guestId of the page. Queries guest items a few at a time until the page is full."""
     pools.load(principal, request.tenantId, request.poolId, READ)
     start = 0 if request.cursor is None else request.cursor + 1
     pk = registry_pk(request.tenantId, request.poolId)
     first = start // BUCKET_WIDTH
-    guests: list[dict[str, Any]] = []
+    guests: list[views.ClusterGuest] = []
     after: dict[str, Any] | None = None
     while len(guests) <= request.limit:
         if first:
@@ -543,7 +546,7 @@ def list_guests(principal: Principal, request: ListClusterGuests) -> dict[str, A
         if page.last_key is None:
             break
         after = page.last_key
-    result: dict[str, Any] = {"guests": guests[: request.limit]}
+    result: views.ClusterGuestList = {"guests": guests[: request.limit]}
     if len(guests) > request.limit:
         result["nextCursor"] = guests[request.limit - 1]["guestId"]
     return result
