@@ -132,6 +132,28 @@ class Reply:
     def code(self) -> str | None:
         return self.body.get("error", {}).get("code") if isinstance(self.body, dict) else None
 
+    @property
+    def reason(self) -> str | None:
+        """The refusal's reason: the operator envelope's, or the join dialect's ErrorInfo's."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
+            return self.body["error"].get("reason")
+        info = self.error_info
+        return None if info is None else info["reason"]
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The join dialect's ErrorInfo metadata (empty when there is none)."""
+        info = self.error_info
+        return {} if info is None else dict(info["metadata"])
+
+    @property
+    def error_info(self) -> dict[str, Any] | None:
+        """The one google.rpc.ErrorInfo of an rpcStatus, if there is one."""
+        details = self.body.get("details", []) if isinstance(self.body, dict) else []
+        infos = [d for d in details if d.get("@type") == "type.googleapis.com/google.rpc.ErrorInfo"]
+        assert len(infos) <= 1, self.body
+        return infos[0] if infos else None
+
 
 def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> Reply:
     """An operator route through the authorizer and the route's function, as API Gateway would."""

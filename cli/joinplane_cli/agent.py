@@ -1,8 +1,9 @@
 """The machine's side: `joinplane join` and `joinplane renew`.
 
 The server tells outcomes apart by gRPC code, and PERMISSION_DENIED (7) covers four of them
-(rejected, expired, revoked, denied by an attestor) with `details` empty; the message is the only
-place they differ, so `classify_denial` reads it. An unrecognised 7 is treated as a denial.
+(rejected, expired, revoked, denied by an attestor); the google.rpc.ErrorInfo in `details` names
+which one (`reason`, docs/join.md "Refusal reasons") and `classify_denial` switches on it, never on
+the English message. An unrecognised 7 is treated as a denial.
 """
 
 from __future__ import annotations
@@ -29,8 +30,18 @@ JITTER = 0.25  # up to 25% later than asked: many machines deferred together mus
 QUICK_RETRIES = 3  # transient failures retried even without --wait
 MAX_BACKOFF = 60.0
 
-_REJECTED = re.compile(r"join request (jreq_[0-9a-z]+) (?:was|is) rejected(?::\s*(.*))?", re.S)
-_EXPIRED = re.compile(r"join request (jreq_[0-9a-z]+) (?:has expired|is expired)")
+# The server's refusal reasons (joinplane.errors) for a PERMISSION_DENIED, and the exit code of each.
+DENIAL_EXITS = {
+    "JOIN_REQUEST_REJECTED": Exit.REJECTED,
+    "JOIN_REQUEST_EXPIRED": Exit.EXPIRED,
+    "JOIN_DENIED": Exit.DENIED,
+    "MACHINE_REVOKED": Exit.DENIED,
+    "KEY_RETIRED": Exit.DENIED,
+}
+# The proof of possession's refusals: the machine's key or clock, not its token, is the problem.
+PROOF_REASONS = frozenset(
+    {"PROOF_REQUIRED", "PROOF_MALFORMED", "PROOF_STALE", "PROOF_INVALID", "PROOF_REPLAYED"}
+)
 _DEFERRED = re.compile(r"^join deferred: (.*?)\.? An operator must approve jreq_[0-9a-z]+\.?$", re.S)
 _MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
 _MACHINE_ID = re.compile(r"mach_[0-9A-Za-z]+")
@@ -95,25 +106,27 @@ class Denial:
     request_id: str = ""
 
 
-def classify_denial(message: str) -> Denial:
-    if found := _REJECTED.search(message):
+def classify_denial(failed: ApiError) -> Denial:
+    reason, request_id = failed.reason, failed.metadata.get("requestId", "")
+    exit_code = DENIAL_EXITS.get(reason, Exit.DENIED)
+    if exit_code == Exit.REJECTED:
         return Denial(
             Exit.REJECTED,
-            f"Join request {found.group(1)} was rejected by an operator.",
-            (found.group(2) or "").strip(),
-            found.group(1),
+            f"Join request {request_id or '(unknown)'} was rejected by an operator.",
+            failed.metadata.get("rejectionReason", ""),
+            request_id,
         )
-    if found := _EXPIRED.search(message):
+    if exit_code == Exit.EXPIRED:
+        if not request_id:
+            return Denial(Exit.EXPIRED, "This machine's join request no longer exists (it expired long ago).")
         return Denial(
             Exit.EXPIRED,
-            f"Join request {found.group(1)} expired before it was approved and used.",
-            request_id=found.group(1),
+            f"Join request {request_id} expired before it was approved and used.",
+            request_id=request_id,
         )
-    if "no longer exists" in message:
-        return Denial(Exit.EXPIRED, "This machine's join request no longer exists (it expired long ago).")
-    if "revoked" in message:
-        return Denial(Exit.DENIED, "This machine has been revoked by an operator.", message)
-    return Denial(Exit.DENIED, "The join was denied.", message.removeprefix("join denied: "))
+    if reason == "MACHINE_REVOKED":
+        return Denial(Exit.DENIED, "This machine has been revoked by an operator.", failed.server_message)
+    return Denial(Exit.DENIED, "The join was denied.", failed.server_message.removeprefix("join denied: "))
 
 
 def _words(seconds: float) -> str:
@@ -320,8 +333,8 @@ class Agent:
                 except ApiError as failed:
                     if failed.code == "PERMISSION_DENIED":
                         status.done()
-                        return self._denied(classify_denial(failed.server_message))
-                    if failed.code == "UNAUTHENTICATED" and "Joinplane-Proof" in failed.server_message:
+                        return self._denied(classify_denial(failed))
+                    if failed.code == "UNAUTHENTICATED" and failed.reason in PROOF_REASONS:
                         status.done()
                         raise CliError(
                             f"The server refused this machine's proof of its key: {failed.server_message}",
@@ -582,7 +595,7 @@ def renew(options: RenewOptions) -> Exit:
             except ApiError as failed:
                 if failed.code == "PERMISSION_DENIED":
                     raise CliError(f"Renewal refused: {failed.server_message}", Exit.DENIED) from None
-                if failed.code == "UNAUTHENTICATED" and "Joinplane-Proof" in failed.server_message:
+                if failed.code == "UNAUTHENTICATED" and failed.reason in PROOF_REASONS:
                     raise CliError(
                         f"Renewal refused: the server did not accept this machine's proof of its key: "
                         f"{failed.server_message}",

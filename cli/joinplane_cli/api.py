@@ -3,7 +3,10 @@
 Three error dialects reach us: the operator API's `{"error": {code, message, details}}`, the machine
 endpoints' grpc-gateway `rpcStatus` `{code, message, details}` (numeric gRPC codes), and API
 Gateway's own `{"message": ...}` (no route, no Authorization header). `ApiError` holds any of them
-with a symbolic `code`, so callers branch on names, never on the dialect.
+with a symbolic `code`, so callers branch on names, never on the dialect; and with the server's
+`reason` (the operator envelope's `error.reason`, or the google.rpc.ErrorInfo in an rpcStatus's
+`details`), which tells refusals of one code apart (rejected, expired, revoked...) without reading
+the English message.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ _GATEWAY_CODES = {
     404: "NOT_FOUND",
     413: "PAYLOAD_TOO_LARGE",
 }
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+ERROR_DOMAIN = "joinplane"
 _TRANSIENT_CODES = frozenset({"UNAVAILABLE", "RESOURCE_EXHAUSTED", "ABORTED", "DEADLINE_EXCEEDED"})
 
 
@@ -68,7 +73,15 @@ class ApiError(CliError):
     """The server answered with an error."""
 
     def __init__(
-        self, status: int, code: str, message: str, details: list[Any] | None = None, grpc: int | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: list[Any] | None = None,
+        grpc: int | None = None,
+        *,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
     ) -> None:
         shown = f"{code} ({grpc})" if grpc is not None else code
         super().__init__(
@@ -80,6 +93,8 @@ class ApiError(CliError):
         self.grpc = grpc
         self.details = details or []
         self.server_message = message
+        self.reason = reason
+        self.metadata = metadata or {}
 
     @property
     def transient(self) -> bool:
@@ -147,6 +162,22 @@ def decode(raw: bytes) -> Any:
     return document
 
 
+def _error_info(details: list[Any]) -> tuple[str, dict[str, str]]:
+    """The reason and metadata of the first Joinplane google.rpc.ErrorInfo in `details`."""
+    for detail in details:
+        if (
+            isinstance(detail, dict)
+            and detail.get("@type") == ERROR_INFO
+            and detail.get("domain") == ERROR_DOMAIN
+            and isinstance(detail.get("reason"), str)
+        ):
+            metadata = detail.get("metadata")
+            if not isinstance(metadata, dict):
+                metadata = {}
+            return detail["reason"], {str(k): str(v) for k, v in metadata.items() if isinstance(v, str)}
+    return "", {}
+
+
 def parse_error(status: int, raw: bytes) -> ApiError:
     try:
         document = decode(raw)
@@ -155,20 +186,26 @@ def parse_error(status: int, raw: bytes) -> ApiError:
     if isinstance(document, dict):
         envelope = document.get("error")
         if isinstance(envelope, dict) and "code" in envelope:
+            reason = envelope.get("reason")
             return ApiError(
                 status,
                 str(envelope["code"]),
                 str(envelope.get("message", "")),
                 envelope.get("details") if isinstance(envelope.get("details"), list) else None,
+                reason=reason if isinstance(reason, str) else "",
             )
         if isinstance(document.get("code"), int):
             number = int(document["code"])
+            details = document.get("details") if isinstance(document.get("details"), list) else None
+            reason, metadata = _error_info(details or [])
             return ApiError(
                 status,
                 GRPC_NAMES.get(number, f"CODE_{number}"),
                 str(document.get("message", "")),
-                document.get("details") if isinstance(document.get("details"), list) else None,
+                details,
                 grpc=number,
+                reason=reason,
+                metadata=metadata,
             )
         if isinstance(document.get("message"), str):
             return ApiError(status, _GATEWAY_CODES.get(status, f"HTTP_{status}"), document["message"])

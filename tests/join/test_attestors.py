@@ -56,7 +56,11 @@ def test_tpm_policies(make_token, machine_factory, admin_key) -> None:
     ek = hashlib.sha256(b"an endorsement key").hexdigest()
     required = make_token(attestation={"tpm": "require"}, maxUses=5)
     denied = join({"joinToken": required["token"], "csr": machine_factory().csr})
-    assert (denied.status, denied.body["code"]) == (403, 7) and "TPM" in denied.body["message"]
+    assert (denied.status, denied.body["code"], denied.reason) == (
+        403,
+        7,
+        "JOIN_DENIED",
+    ) and "TPM" in denied.body["message"]
     unlisted = join(
         {"joinToken": required["token"], "csr": machine_factory().csr, "tpm": {"ekPublicKeySha256": ek}}
     )

@@ -118,7 +118,14 @@ def test_bad_input_is_refused_and_changes_nothing(
     reply = join(body, raw=raw)
     assert (reply.status, reply.body["code"]) == (status, code), reply.body
     assert says in reply.body["message"], reply.body
-    assert reply.body["details"] == []
+    assert reply.body["details"] == [
+        {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "VALIDATION_FAILED",
+            "domain": "joinplane",
+            "metadata": {},
+        }
+    ]
     assert all_items() == before
     assert uses_left(token) == 1
 
@@ -129,5 +136,5 @@ def test_a_one_mebibyte_body_is_413_before_parsing(make_token) -> None:
     reply = join(
         None, raw=json.dumps({"joinToken": token["token"], "hostname": "x" * (1024 * 1024)}).encode()
     )
-    assert (reply.status, reply.body["code"]) == (413, 8)
+    assert (reply.status, reply.body["code"], reply.reason) == (413, 8, "PAYLOAD_TOO_LARGE")
     assert all_items() == before

@@ -24,7 +24,15 @@ def test_a_join_out_of_time_is_a_503_with_a_retry_hint_and_writes_nothing(
     # Then it answers UNAVAILABLE (14) with RetryInfo and Retry-After, and nothing was written
     answer = json.loads(result["body"])
     assert (result["statusCode"], answer["code"]) == (503, 14)
-    assert answer["details"] == [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1s"}]
+    assert answer["details"] == [
+        {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "OUT_OF_TIME",
+            "domain": "joinplane",
+            "metadata": {},
+        },
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1s"},
+    ]
     assert result["headers"]["retry-after"] == "1"
     assert all_items() == before
     # And the client's retry, with time to spare, is admitted

@@ -129,7 +129,7 @@ def test_a_single_use_token_still_lets_the_approved_retry_through(
     assert deferred.status == 202 and uses_left(token) == 0
     # And another machine is refused: the token is used up
     other = join({"joinToken": token["token"], "csr": machine_factory().csr})
-    assert other.status == 401 and other.body["code"] == 16
+    assert (other.status, other.body["code"], other.reason) == (401, 16, "JOIN_TOKEN_INVALID")
     # When an operator approves the request
     admin = keyauth.verify(admin_key)
     assert admin is not None
@@ -163,12 +163,22 @@ def test_rejected_and_expired_requests_refuse_the_retry(make_token, machine_fact
     r2 = join({"joinToken": token["token"], "csr": expiring_machine.csr}).body["joinRequest"]["requestId"]
     reject(admin, DecideJoinRequest(tenantId="acme", poolId="gpu", requestId=r1, reason="unknown rack"))
     refused = join({"joinToken": token["token"], "csr": rejected_machine.csr})
-    assert (refused.status, refused.body["code"]) == (403, 7) and "unknown rack" in refused.body["message"]
+    assert (refused.status, refused.body["code"], refused.reason) == (
+        403,
+        7,
+        "JOIN_REQUEST_REJECTED",
+    ) and "unknown rack" in refused.body["message"]
+    assert refused.metadata == {"requestId": r1, "rejectionReason": "unknown rack"}
     # An approval with a 60 s TTL, left alone, expires by the clock alone
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=r2, ttlSeconds=60))
     clock.advance(61)
     late = join({"joinToken": token["token"], "csr": expiring_machine.csr})
-    assert (late.status, late.body["code"]) == (403, 7) and "expired" in late.body["message"]
+    assert (late.status, late.body["code"], late.reason) == (
+        403,
+        7,
+        "JOIN_REQUEST_EXPIRED",
+    ) and "expired" in late.body["message"]
+    assert late.metadata == {"requestId": r2}
 
 
 def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
@@ -195,7 +205,7 @@ def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
         path="/machines/renew",
         signed_by=machine.key,
     )
-    assert (stale.status, stale.body["code"]) == (401, 16)
+    assert (stale.status, stale.body["code"], stale.reason) == (401, 16, "MACHINE_TOKEN_INVALID")
     renewed = join(
         {"machineToken": second.body["machineToken"], "csr": machine.new_csr()},
         path="/machines/renew",
@@ -220,9 +230,9 @@ def test_a_revoked_machine_cannot_rejoin_or_renew(make_token, machine_factory, a
     )
     assert revoked.status == 200 and revoked.body["state"] == "revoked"
     again = join({"joinToken": token["token"], "csr": machine.new_csr()})
-    assert (again.status, again.body["code"]) == (403, 7)
+    assert (again.status, again.body["code"], again.reason) == (403, 7, "MACHINE_REVOKED")
     renew = join({"machineToken": admitted["machineToken"], "csr": machine.csr}, path="/machines/renew")
-    assert (renew.status, renew.body["code"]) == (403, 7)
+    assert (renew.status, renew.body["code"], renew.reason) == (403, 7, "MACHINE_REVOKED")
     assert uses_left(token) == 2
 
 
@@ -230,7 +240,7 @@ def test_archived_pool_refuses_joins(make_token, machine_factory, admin_key) -> 
     token = make_token()
     call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
     reply = join({"joinToken": token["token"], "csr": machine_factory().csr})
-    assert (reply.status, reply.body["code"]) == (400, 9)
+    assert (reply.status, reply.body["code"], reply.reason) == (400, 9, "POOL_ARCHIVED")
     assert uses_left(token) == 1
 
 
@@ -248,9 +258,9 @@ def test_every_token_refusal_reads_the_same(make_token, machine_factory, admin_k
         "",
         "jpk_" + used["token"][4:],
     ]
-    bodies = [join({"joinToken": secret, "csr": machine_factory().csr}).body for secret in cases]
-    assert all(b["code"] == 16 for b in bodies)
-    assert len({b["message"] for b in bodies}) == 1
+    replies = [join({"joinToken": secret, "csr": machine_factory().csr}) for secret in cases]
+    assert all((r.body["code"], r.reason) == (16, "JOIN_TOKEN_INVALID") for r in replies)
+    assert len({r.body["message"] for r in replies}) == 1
 
 
 def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, machine_factory) -> None:
@@ -263,7 +273,11 @@ def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, m
             "preflight": [{"name": "nvidia-driver", "ok": False, "message": "missing", "severity": "fatal"}],
         }
     )
-    assert (fatal.status, fatal.body["code"]) == (400, 9) and "nvidia-driver" in fatal.body["message"]
+    assert (fatal.status, fatal.body["code"], fatal.reason) == (
+        400,
+        9,
+        "PREFLIGHT_FAILED",
+    ) and "nvidia-driver" in fatal.body["message"]
     assert all_items() == before
     soft = join(
         {

@@ -47,7 +47,7 @@ def test_a_first_join_needs_no_proof_and_a_rejoin_without_one_gets_nothing(
     replays = [join(rejoin_body(token, machine)), join(rejoin_body(other, machine))]
     # Then neither gets a machine token or a certificate, and the machine is untouched
     for reply in replays:
-        assert (reply.status, reply.body["code"]) == (401, 16), reply.body
+        assert (reply.status, reply.body["code"], reply.reason) == (401, 16, "PROOF_REQUIRED"), reply.body
         assert "proof" in reply.body["message"] and "machineToken" not in reply.body
     assert machine_record(first.body["machineId"]) == before
 
@@ -92,12 +92,16 @@ def test_a_captured_proof_is_worth_nothing_again(make_token, machine_factory) ->
         "this Joinplane-Proof is not newer than one already accepted for this key; sign a new one",
     )
     for reply in (other_token, bearer, other_body):
-        assert (reply.status, reply.body["code"]) == (401, 16), reply.body
+        assert (reply.status, reply.body["code"], reply.reason) == (401, 16, "PROOF_INVALID"), reply.body
         assert "does not verify" in reply.body["message"]
     # And after the window the same capture is refused for its age
     clock.advance(301)
     late = join(None, raw=raw, proof=proof)
-    assert (late.status, late.body["code"]) == (401, 16) and "too old" in late.body["message"]
+    assert (late.status, late.body["code"], late.reason) == (
+        401,
+        16,
+        "PROOF_STALE",
+    ) and "too old" in late.body["message"]
     assert machine_record(first["machineId"]) == owner
 
 
@@ -118,7 +122,7 @@ def test_a_proof_made_with_another_key_does_not_verify(make_token, machine_facto
     join(rejoin_body(token, machine))
     # Signed by the thief's key, body and token right
     refused = join(rejoin_body(token, machine), signed_by=thief.key)
-    assert (refused.status, refused.body["code"]) == (401, 16)
+    assert (refused.status, refused.body["code"], refused.reason) == (401, 16, "PROOF_INVALID")
     # Naming the thief's key in the header does not help: the signer must be the identity
     raw, proof = signed(thief, token["token"], rejoin_body(token, machine), public_key=thief.key)
     named = join(None, raw=raw, proof=proof)
@@ -152,9 +156,9 @@ def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
     now = str(int(clock.epoch() * 1000))
     reply = join(rejoin_body(token, machine), proof=header.replace("t=1,", f"t={now},"))
     if header.endswith("key=AAAA"):
-        assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+        assert (reply.status, reply.body["code"], reply.reason) == (400, 3, "PROOF_MALFORMED"), reply.body
     else:
-        assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+        assert (reply.status, reply.body["code"], reply.reason) == (400, 3, "PROOF_MALFORMED"), reply.body
         assert "Joinplane-Proof" in reply.body["message"]
     assert all_items() == before
 
@@ -164,7 +168,11 @@ def test_a_proof_on_a_fingerprint_join_is_refused(make_token, machine_factory) -
     machine = machine_factory()
     raw, proof = signed(machine, token["token"], {"joinToken": token["token"], "machineFingerprint": "fp-1"})
     reply = join(None, raw=raw, proof=proof)
-    assert (reply.status, reply.body["code"]) == (400, 3) and "needs a csr" in reply.body["message"]
+    assert (reply.status, reply.body["code"], reply.reason) == (
+        400,
+        3,
+        "PROOF_MALFORMED",
+    ) and "needs a csr" in reply.body["message"]
 
 
 def test_concurrent_replays_of_one_proof_admit_exactly_one(make_token, machine_factory) -> None:
@@ -230,7 +238,7 @@ def test_consuming_an_approval_needs_the_key(make_token, machine_factory, admin_
     # The captured first body alone, with any token of the pool, does not consume the approval
     for credential in (token, make_token(maxUses=1)):
         stolen = join(rejoin_body(credential, machine))
-        assert (stolen.status, stolen.body["code"]) == (401, 16)
+        assert (stolen.status, stolen.body["code"], stolen.reason) == (401, 16, "PROOF_REQUIRED")
     request = store.get(f"JREQ#{request_id}", "JREQ")
     assert request is not None and request["state"] == "approved"
     # The machine itself, proving its key, is admitted
@@ -252,7 +260,7 @@ def test_a_pending_retrys_proof_is_used_up_so_it_cannot_consume_the_approval_lat
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
     replay = join(None, raw=raw, proof=proof)
     # Then the proof was used up by the pending answer: no credentials, the approval still open
-    assert (replay.status, replay.body["code"]) == (401, 16), replay.body
+    assert (replay.status, replay.body["code"], replay.reason) == (401, 16, "PROOF_REPLAYED"), replay.body
     request = store.get(f"JREQ#{request_id}", "JREQ")
     assert request is not None and request["state"] == "approved"
 
@@ -284,6 +292,8 @@ def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> Non
         {"machineToken": admitted["machineToken"], "csr": thief.csr}, proof=proof, path="/machines/renew"
     )
     bare = join({"machineToken": admitted["machineToken"], "csr": thief.csr}, path="/machines/renew")
+    reasons = {"as_is": as_is.reason, "swapped": swapped.reason, "bare": bare.reason}
+    assert reasons == {"as_is": "PROOF_REPLAYED", "swapped": "PROOF_INVALID", "bare": "PROOF_REQUIRED"}
     for reply in (as_is, swapped, bare):
         assert (reply.status, reply.body["code"]) == (401, 16), reply.body
     # And the thief's key cannot sign for the machine either
@@ -292,7 +302,7 @@ def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> Non
         signed_by=thief.key,
         path="/machines/renew",
     )
-    assert (own.status, own.body["code"]) == (401, 16)
+    assert (own.status, own.body["code"], own.reason) == (401, 16, "PROOF_INVALID")
     assert machine_record(admitted["machineId"])["identity"] != ""
 
 
@@ -312,7 +322,11 @@ def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, mac
         old.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=old.key
     )
     alone = join(None, raw=raw, proof=by_old, path="/machines/renew")
-    assert (alone.status, alone.body["code"]) == (401, 16) and "csrsig" in alone.body["message"]
+    assert (alone.status, alone.body["code"], alone.reason) == (
+        401,
+        16,
+        "PROOF_INVALID",
+    ) and "csrsig" in alone.body["message"]
     # Signed by both: the identity moves to the new key
     by_both = sign_proof(
         old.key,
@@ -349,7 +363,7 @@ def test_a_token_can_require_key_bound_identities(make_token, machine_factory) -
     before = all_items()
     # When a machine joins with a fingerprint only, it is denied and nothing is written
     refused = join({"joinToken": token["token"], "machineFingerprint": "levers9-host-2"})
-    assert (refused.status, refused.body["code"]) == (403, 7), refused.body
+    assert (refused.status, refused.body["code"], refused.reason) == (403, 7, "JOIN_DENIED"), refused.body
     assert "key-bound" in refused.body["message"]
     assert all_items() == before
     # And a machine with a CSR is admitted
@@ -389,7 +403,7 @@ def test_a_signed_request_that_failed_is_retired_by_the_machines_next_proof(
     clock.advance(240)
     stolen = join(None, raw=raw, proof=captured)
     # Then the older proof is worth nothing, and the machine's token still works
-    assert (stolen.status, stolen.body["code"]) == (401, 16), stolen.body
+    assert (stolen.status, stolen.body["code"], stolen.reason) == (401, 16, "PROOF_REPLAYED"), stolen.body
     renewed = join(
         {"machineToken": admitted.body["machineToken"], "csr": machine.csr},
         signed_by=machine.key,
@@ -411,7 +425,7 @@ def test_a_withheld_pending_retry_is_retired_by_a_later_poll(make_token, machine
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
     late = join(None, raw=raw, proof=withheld)
     # Then it gets nothing, and the approval is still the machine's
-    assert (late.status, late.body["code"]) == (401, 16), late.body
+    assert (late.status, late.body["code"], late.reason) == (401, 16, "PROOF_REPLAYED"), late.body
     assert join(rejoin_body(token, machine), signed_by=machine.key).status == 200
 
 
@@ -431,7 +445,9 @@ def test_a_fingerprint_machine_cannot_renew_into_a_key(make_token, machine_facto
         path="/machines/renew",
     )
     # Then there is no certificate and nothing moved: the real machine can still re-join as itself
-    assert (renewed.status, renewed.body["code"]) == (400, 9), renewed.body
+    assert (renewed.status, renewed.body["code"], renewed.reason) == (400, 9, "MACHINE_HAS_NO_KEY"), (
+        renewed.body
+    )
     assert all_items() == before
     assert join(body).body["machineId"] == victim.body["machineId"]
 
@@ -448,7 +464,7 @@ def test_a_rotation_must_prove_the_new_key_too(make_token, machine_factory) -> N
     # When it renews "rotating" into the victim's key
     rotated = join(None, raw=raw, proof=proof, path="/machines/renew")
     # Then it is refused, and the victim's first join is an ordinary first join
-    assert (rotated.status, rotated.body["code"]) == (401, 16), rotated.body
+    assert (rotated.status, rotated.body["code"], rotated.reason) == (401, 16, "PROOF_INVALID"), rotated.body
     assert join(rejoin_body(make_token(), victim)).status == 200
 
 

@@ -1,71 +1,174 @@
-"""Domain errors. Each carries a canonical code; every dialect (operator envelope, seed 002's
-rpcStatus, Sylve's envelope) maps these codes to its own status in exactly one place."""
+"""Domain errors. Each carries a canonical code and a stable reason; every dialect (operator
+envelope, seed 002's rpcStatus, Sylve's envelope) maps these codes to its own status in exactly one
+place, and shows the reason where its envelope can hold one.
+
+The code says how to treat the answer in general (retry, fix the request, re-authenticate); the
+reason says which refusal it was, so a client never has to read the English message. A reason is
+part of the wire contract: it never changes once shipped, new ones are added to this catalogue and
+to docs/join.md's "Refusal reasons". Raise sites that a client needs to tell apart pass `reason=`;
+the rest carry their class's default. `metadata` holds string facts a client may act on (the join
+request's id, the operator's rejection reason), as google.rpc.ErrorInfo's map<string, string>.
+"""
 
 from typing import Any
+
+# --- the reason catalogue ----------------------------------------------------------------------
+# Defaults of the generic classes.
+VALIDATION_FAILED = "VALIDATION_FAILED"
+UNAUTHENTICATED = "UNAUTHENTICATED"
+PERMISSION_DENIED = "PERMISSION_DENIED"
+NOT_FOUND = "NOT_FOUND"
+ALREADY_EXISTS = "ALREADY_EXISTS"
+INVALID_STATE = "INVALID_STATE"
+FAILED_PRECONDITION = "FAILED_PRECONDITION"
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+CONCURRENT_CHANGE = "CONCURRENT_CHANGE"
+UNAVAILABLE = "UNAVAILABLE"
+OUT_OF_TIME = "OUT_OF_TIME"
+INTERNAL = "INTERNAL"
+# Joining and renewing.
+JOIN_TOKEN_INVALID = "JOIN_TOKEN_INVALID"
+WRONG_POOL = "WRONG_POOL"
+POOL_NOT_FOUND = "POOL_NOT_FOUND"
+POOL_ARCHIVED = "POOL_ARCHIVED"
+PREFLIGHT_FAILED = "PREFLIGHT_FAILED"
+JOIN_DENIED = "JOIN_DENIED"
+JOIN_REQUEST_REJECTED = "JOIN_REQUEST_REJECTED"
+JOIN_REQUEST_EXPIRED = "JOIN_REQUEST_EXPIRED"
+JOIN_REQUEST_NOT_PENDING = "JOIN_REQUEST_NOT_PENDING"
+KEY_RETIRED = "KEY_RETIRED"
+KEY_IN_USE = "KEY_IN_USE"
+MACHINE_REVOKED = "MACHINE_REVOKED"
+MACHINE_TOKEN_INVALID = "MACHINE_TOKEN_INVALID"
+MACHINE_HAS_NO_KEY = "MACHINE_HAS_NO_KEY"
+# Proof of possession (joinplane.proof).
+PROOF_REQUIRED = "PROOF_REQUIRED"
+PROOF_MALFORMED = "PROOF_MALFORMED"
+PROOF_STALE = "PROOF_STALE"
+PROOF_INVALID = "PROOF_INVALID"
+PROOF_REPLAYED = "PROOF_REPLAYED"
+
+CATALOGUE = frozenset(
+    {
+        VALIDATION_FAILED,
+        UNAUTHENTICATED,
+        PERMISSION_DENIED,
+        NOT_FOUND,
+        ALREADY_EXISTS,
+        INVALID_STATE,
+        FAILED_PRECONDITION,
+        PAYLOAD_TOO_LARGE,
+        CONCURRENT_CHANGE,
+        UNAVAILABLE,
+        OUT_OF_TIME,
+        INTERNAL,
+        JOIN_TOKEN_INVALID,
+        WRONG_POOL,
+        POOL_NOT_FOUND,
+        POOL_ARCHIVED,
+        PREFLIGHT_FAILED,
+        JOIN_DENIED,
+        JOIN_REQUEST_REJECTED,
+        JOIN_REQUEST_EXPIRED,
+        JOIN_REQUEST_NOT_PENDING,
+        KEY_RETIRED,
+        KEY_IN_USE,
+        MACHINE_REVOKED,
+        MACHINE_TOKEN_INVALID,
+        MACHINE_HAS_NO_KEY,
+        PROOF_REQUIRED,
+        PROOF_MALFORMED,
+        PROOF_STALE,
+        PROOF_INVALID,
+        PROOF_REPLAYED,
+    }
+)
+# ErrorInfo's `domain`: the service that names the reasons.
+DOMAIN = "joinplane"
 
 
 class JoinplaneError(Exception):
     code = "INTERNAL"
+    reason = INTERNAL
 
-    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        *,
+        reason: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or []
+        if reason is not None:
+            self.reason = reason
+        self.metadata = metadata or {}
 
 
 class InvalidArgument(JoinplaneError):
     code = "INVALID_ARGUMENT"
+    reason = VALIDATION_FAILED
 
 
 class Unauthenticated(JoinplaneError):
     code = "UNAUTHENTICATED"
+    reason = UNAUTHENTICATED
 
 
 class PermissionDenied(JoinplaneError):
     code = "PERMISSION_DENIED"
+    reason = PERMISSION_DENIED
 
 
 class NotFound(JoinplaneError):
     code = "NOT_FOUND"
+    reason = NOT_FOUND
 
 
 class AlreadyExists(JoinplaneError):
     code = "ALREADY_EXISTS"
+    reason = ALREADY_EXISTS
 
 
 class InvalidState(JoinplaneError):
     code = "INVALID_STATE"
+    reason = INVALID_STATE
 
 
 class FailedPrecondition(JoinplaneError):
     code = "FAILED_PRECONDITION"
+    reason = FAILED_PRECONDITION
 
 
 class PayloadTooLarge(JoinplaneError):
     code = "PAYLOAD_TOO_LARGE"
-
-
-class ResourceExhausted(JoinplaneError):
-    code = "RESOURCE_EXHAUSTED"
+    reason = PAYLOAD_TOO_LARGE
 
 
 class Unavailable(JoinplaneError):
     code = "UNAVAILABLE"
+    reason = UNAVAILABLE
 
 
 class Internal(JoinplaneError):
     code = "INTERNAL"
+    reason = INTERNAL
 
 
 class Aborted(JoinplaneError):
     """A concurrent request changed what this one decided on; retrying is safe."""
 
     code = "ABORTED"
+    reason = CONCURRENT_CHANGE
 
 
 class OutOfTime(Unavailable):
     """The invocation is about to run out of time (see joinplane.deadline): nothing more was
     attempted. Every dialect answers 503 in its own envelope with `Retry-After`."""
+
+    reason = OUT_OF_TIME
 
     def __init__(
         self, message: str, retry_after_seconds: int = 1, details: list[dict[str, Any]] | None = None

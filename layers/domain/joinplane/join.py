@@ -31,6 +31,7 @@ from joinplane import (
     clock,
     credentials,
     deadline,
+    errors,
     ids,
     join_requests,
     join_wire,
@@ -57,6 +58,7 @@ RETRY_AFTER_SECONDS = 30
 # Told to the holder of another pool's token: the same words whether the key has a machine or a
 # request elsewhere, so the answer does not say where (or that) this key is known.
 ELSEWHERE = "this join token cannot be used for this key; join with a token of the key's own pool"
+KEY_REPLACED = "this key was replaced when the machine renewed with a new key"
 # Identities without a key: `fp-` + SHA-256 of the machineFingerprint. Nothing to prove with.
 FINGERPRINT_PREFIX = "fp-"
 
@@ -74,11 +76,13 @@ def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> dict[str, Any
     if fresh or key not in _pool_cache:
         item = store.get(*pools.pool_key(tenant_id, pool_id))
         if item is None:
-            raise FailedPrecondition("the pool of this join token no longer exists")
+            raise FailedPrecondition(
+                "the pool of this join token no longer exists", reason=errors.POOL_NOT_FOUND
+            )
         _pool_cache[key] = item
     pool = _pool_cache[key]
     if pool["state"] != "active":
-        raise FailedPrecondition("the pool is archived and takes no new joins")
+        raise FailedPrecondition("the pool is archived and takes no new joins", reason=errors.POOL_ARCHIVED)
     return pool
 
 
@@ -112,6 +116,14 @@ class _IdentityTaken(Exception):
         self.record = record
 
 
+def _rejection(request_item: dict[str, Any]) -> dict[str, str]:
+    """ErrorInfo metadata of a refused join request: its id, and the operator's reason if given."""
+    metadata = {"requestId": str(request_item["requestId"])}
+    if request_item.get("reason"):
+        metadata["rejectionReason"] = str(request_item["reason"])
+    return metadata
+
+
 def bearer(authorization: str) -> str:
     scheme, _, value = authorization.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else ""
@@ -120,14 +132,14 @@ def bearer(authorization: str) -> str:
 def _load_token(secret: str) -> dict[str, Any]:
     parsed = credentials.parse(secret, tokens.SECRET_PREFIX)
     if parsed is None:
-        raise Unauthenticated(REFUSED)
+        raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
     token = store.get(*tokens.token_key(f"{tokens.ID_PREFIX}_{parsed.ulid}"))
     if (
         token is None
         or not credentials.matches(parsed.secret, token["secretSha256"])
         or token["state"] != "active"
     ):
-        raise Unauthenticated(REFUSED)
+        raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
     return token
 
 
@@ -139,7 +151,7 @@ def _check_preflight(request: JoinMachineRequest) -> None:
     fatal = [c for c in request.preflight if not c.ok and c.severity.lower() == "fatal"]
     if fatal:
         names = ", ".join(f"{c.name}: {c.message}" if c.message else c.name for c in fatal)
-        raise FailedPrecondition(f"fatal preflight check failed: {names}")
+        raise FailedPrecondition(f"fatal preflight check failed: {names}", reason=errors.PREFLIGHT_FAILED)
 
 
 def _schedulable(request: JoinMachineRequest) -> bool:
@@ -356,7 +368,7 @@ def _proof_required(attempt: Attempt) -> None:
     (docs/join.md, "Proof of possession"). A fingerprint identity has no key to prove with: the
     token setting `attestation.identity: key` is how a pool refuses those."""
     if attempt.key_proof is None and not attempt.identity.startswith(FINGERPRINT_PREFIX):
-        raise Unauthenticated(proof.REQUIRED)
+        raise Unauthenticated(proof.REQUIRED, reason=errors.PROOF_REQUIRED)
 
 
 def _marked(write: store.Write, key_proof: proof.VerifiedProof | None) -> store.Write:
@@ -378,7 +390,7 @@ def _identity_lost(attempt: Attempt, version: int, current: dict[str, Any] | Non
     proof is not newer than one already accepted (a replay)."""
     same = current is not None and current.get("version") == version
     if same and attempt.key_proof is not None and attempt.key_proof.is_behind(current):
-        return Unauthenticated(proof.REPLAYED)
+        return Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
     return Aborted("a concurrent join for this machine won; retry")
 
 
@@ -397,7 +409,8 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         verdict = attestors.verdict(votes)
         if verdict == attestors.DENY:
             raise PermissionDenied(
-                "join denied: " + "; ".join(v.message for v in votes if v.verdict == "deny")
+                "join denied: " + "; ".join(v.message for v in votes if v.verdict == "deny"),
+                reason=errors.JOIN_DENIED,
             )
         now = clock.rfc3339(clock.now())
         id_pk, id_sk = machines.identity_key(attempt.tenant, attempt.identity)
@@ -485,7 +498,7 @@ def _fresh(attempt: Attempt) -> tuple[int, dict[str, Any]]:
             if "identity" in failed and failed["identity"] is not None:
                 raise _IdentityTaken(failed["identity"]) from None
             if "token" in failed:
-                raise Unauthenticated(REFUSED) from None
+                raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID) from None
             if "pool" in failed:
                 pool = _pool(attempt.tenant, token["poolId"], fresh=True)
                 continue
@@ -504,7 +517,7 @@ def _check_place(token: dict[str, Any], site_id: str, pool_id: str | None) -> No
     """A retry or re-join must come through a token of the same site, and of the same pool when
     both name one: another pool's token cannot consume, peek at or re-join this machine's history."""
     if token["siteId"] != site_id or (token.get("poolId") and pool_id and token["poolId"] != pool_id):
-        raise FailedPrecondition(ELSEWHERE)
+        raise FailedPrecondition(ELSEWHERE, reason=errors.WRONG_POOL)
 
 
 def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -512,17 +525,20 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
     # replaced (a request's pool, set when a pool claims it, is checked again below).
     _check_place(attempt.token, record["siteId"], record.get("poolId"))
     if record.get("retired"):
-        raise PermissionDenied("this key was replaced when the machine renewed with a new key")
+        raise PermissionDenied(KEY_REPLACED, reason=errors.KEY_RETIRED)
     if record.get("machineId"):
         machine = store.get(*machines.machine_key(record["machineId"]))
         if machine is None:
             raise Internal("join identity points at a missing machine")
         if machine["state"] != "active":
-            raise PermissionDenied("this machine has been revoked")
+            raise PermissionDenied("this machine has been revoked", reason=errors.MACHINE_REVOKED)
         return _rejoin(attempt, record, machine)
     request_item = store.get(*join_requests.request_key(record["requestId"]))
     if request_item is None:
-        raise PermissionDenied("the join request of this key no longer exists; join again with a new key")
+        raise PermissionDenied(
+            "the join request of this key no longer exists; join again with a new key",
+            reason=errors.JOIN_REQUEST_EXPIRED,
+        )
     _check_place(attempt.token, request_item["siteId"], request_item.get("poolId"))
     state = join_requests.state_now(request_item)
     if state == "pending":
@@ -533,10 +549,16 @@ def _known(attempt: Attempt, record: dict[str, Any]) -> tuple[int, dict[str, Any
         return _consume(attempt, record, request_item)
     if state == "rejected":
         why = f": {request_item['reason']}" if request_item.get("reason") else ""
-        raise PermissionDenied(f"join request {request_item['requestId']} was rejected{why}")
+        raise PermissionDenied(
+            f"join request {request_item['requestId']} was rejected{why}",
+            reason=errors.JOIN_REQUEST_REJECTED,
+            metadata=_rejection(request_item),
+        )
     if state == "expired":
         raise PermissionDenied(
-            f"join request {request_item['requestId']} has expired; join again with a new key"
+            f"join request {request_item['requestId']} has expired; join again with a new key",
+            reason=errors.JOIN_REQUEST_EXPIRED,
+            metadata={"requestId": str(request_item["requestId"])},
         )
     raise Aborted("this join request was consumed by a concurrent join; retry")
 
@@ -553,7 +575,7 @@ def _accept_while_pending(attempt: Attempt) -> None:
             values={":proofAt": attempt.key_proof.timestamp_ms},
         )
     except store.ConditionFailed:
-        raise Unauthenticated(proof.REPLAYED) from None
+        raise Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED) from None
 
 
 def _consume(
@@ -644,7 +666,13 @@ def _consume(
                 current = store.get(*join_requests.request_key(request_item["requestId"]))
                 state = join_requests.state_now(current) if current else "expired"
                 if state in ("rejected", "expired"):
-                    raise PermissionDenied(f"join request {request_item['requestId']} is {state}") from None
+                    raise PermissionDenied(
+                        f"join request {request_item['requestId']} is {state}",
+                        reason=errors.JOIN_REQUEST_REJECTED
+                        if state == "rejected"
+                        else errors.JOIN_REQUEST_EXPIRED,
+                        metadata=_rejection(current or request_item),
+                    ) from None
                 raise Aborted("this approval was consumed by a concurrent join; retry") from None
             if "identity" in failed:
                 raise _identity_lost(attempt, record["version"], failed["identity"]) from None
@@ -669,7 +697,7 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
     votes = attestors.evaluate(attempt.request, token, _facts(attempt, machine["siteId"]))
     denials = [v.message for v in votes if v.verdict == attestors.DENY]
     if denials:
-        raise PermissionDenied("join denied: " + "; ".join(denials))
+        raise PermissionDenied("join denied: " + "; ".join(denials), reason=errors.JOIN_DENIED)
     pool = _pool(attempt.tenant, machine["poolId"])
     secret = machines.mint_token(machine["machineId"])
     # The hardware ids a machine holds follow what it reports now: new ones are claimed, ones it no
@@ -753,7 +781,9 @@ def _rejoin(attempt: Attempt, record: dict[str, Any], machine: dict[str, Any]) -
             if "machine" in failed:
                 current = store.get(*machines.machine_key(machine["machineId"]))
                 if current is None or current["state"] != "active":
-                    raise PermissionDenied("this machine has been revoked") from None
+                    raise PermissionDenied(
+                        "this machine has been revoked", reason=errors.MACHINE_REVOKED
+                    ) from None
                 raise Aborted("a concurrent join for this machine won; retry") from None
             if "identity" in failed:
                 raise _identity_lost(attempt, record["version"], failed["identity"]) from None
@@ -779,7 +809,7 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
     votes: list[attestors.Vote] = []
     if record is None:
         if not _usable(token):
-            raise Unauthenticated(REFUSED)
+            raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
         if token.get("poolId"):
             _pool(attempt.tenant, token["poolId"])
         votes = attestors.evaluate(attempt.request, token, _facts(attempt, str(token["siteId"])))
@@ -789,15 +819,15 @@ def _dry_run(attempt: Attempt) -> tuple[int, dict[str, Any]]:
         # The checks a real join makes before it looks at the history, so a dry run never says
         # more than the join would: a used-up token, another pool's token, a retired key.
         if not _usable(token) and record.get("tokenId") != token["tokenId"]:
-            raise Unauthenticated(REFUSED)
+            raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
         _check_place(token, record["siteId"], record.get("poolId"))
         try:
             if record.get("retired"):
-                raise PermissionDenied("this key was replaced when the machine renewed with a new key")
+                raise PermissionDenied(KEY_REPLACED, reason=errors.KEY_RETIRED)
             if record.get("machineId"):
                 machine = store.get(*machines.machine_key(record["machineId"]))
                 if machine is None or machine["state"] != "active":
-                    raise PermissionDenied("this machine has been revoked")
+                    raise PermissionDenied("this machine has been revoked", reason=errors.MACHINE_REVOKED)
                 _check_place(token, machine["siteId"], machine["poolId"])
                 _proof_required(attempt)
                 verdict, message = "admit", "re-join of this machine"
@@ -831,7 +861,10 @@ def _verified_proof(header: str, purpose: str, credential: str, body: bytes, csr
     if parsed is None:
         return None
     if csr is None:
-        raise InvalidArgument("a Joinplane-Proof needs a csr: the proof is made with the csr's key")
+        raise InvalidArgument(
+            "a Joinplane-Proof needs a csr: the proof is made with the csr's key",
+            reason=errors.PROOF_MALFORMED,
+        )
     return proof.verify(
         parsed,
         purpose=purpose,
@@ -870,7 +903,7 @@ def join_machine(body: bytes, authorization: str, proof_header: str = "") -> tup
         found = store.get(*machines.identity_key(attempt.tenant, attempt.identity))
         # An expired or used-up token still serves the retries and re-joins it started.
         if found is None or found.get("tokenId") != token["tokenId"]:
-            raise Unauthenticated(REFUSED)
+            raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
         record = found
     return _known(attempt, record)
 
@@ -891,12 +924,13 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
     if str(machine["identity"]).startswith(FINGERPRINT_PREFIX):
         raise FailedPrecondition(
             "this machine joined with a fingerprint only and has no certificate to renew; "
-            "join with a csr to get a key-bound identity"
+            "join with a csr to get a key-bound identity",
+            reason=errors.MACHINE_HAS_NO_KEY,
         )
     csr = ca.parse_csr(csr_pem)
     parsed = proof.parse(proof_header)
     if parsed is None:
-        raise Unauthenticated(proof.REQUIRED)
+        raise Unauthenticated(proof.REQUIRED, reason=errors.PROOF_REQUIRED)
     key_proof = proof.verify(
         parsed,
         purpose="renew",
@@ -987,14 +1021,20 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, dict[str, Any]]:
         except store.TransactionCanceled as cancelled:
             failed = _failed(labelled, cancelled)
             if "machine" in failed:
-                raise PermissionDenied("this machine has been revoked or its token replaced") from None
+                raise PermissionDenied(
+                    "this machine has been revoked or its token replaced", reason=errors.MACHINE_REVOKED
+                ) from None
             if "identity" in failed:
                 current = failed["identity"]
                 if current is not None and current.get("machineId") == machine["machineId"]:
-                    raise Unauthenticated(proof.REPLAYED) from None
-                raise PermissionDenied("this machine has been revoked or its token replaced") from None
+                    raise Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED) from None
+                raise PermissionDenied(
+                    "this machine has been revoked or its token replaced", reason=errors.MACHINE_REVOKED
+                ) from None
             if "new-identity" in failed:
-                raise FailedPrecondition("this key already belongs to another machine identity") from None
+                raise FailedPrecondition(
+                    "this key already belongs to another machine identity", reason=errors.KEY_IN_USE
+                ) from None
             if "pool" in failed:
                 pool = _pool(machine["tenantId"], machine["poolId"], fresh=True)
                 continue

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, pools, store
+from joinplane import clock, errors, pools, store
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
@@ -174,9 +174,12 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
     if state == "approved" and item.get("poolId") == pool["poolId"]:
         return view(item)
     if state != "pending":
-        raise InvalidState(f"join request is {state}; only a pending request can be approved")
+        raise InvalidState(
+            f"join request is {state}; only a pending request can be approved",
+            reason=errors.JOIN_REQUEST_NOT_PENDING,
+        )
     if pool["state"] != "active":
-        raise InvalidState("pool is archived")
+        raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
     now = clock.epoch()
     expires = int(now) + request.ttlSeconds
     values: dict[str, Any] = {
@@ -221,7 +224,10 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
         if current is not None and current.get("poolId") not in (None, pool["poolId"]):
             raise NotFound("join request not found") from None
         state = state_now(current) if current else "expired"
-        raise InvalidState(f"join request is {state}; only a pending request can be approved") from None
+        raise InvalidState(
+            f"join request is {state}; only a pending request can be approved",
+            reason=errors.JOIN_REQUEST_NOT_PENDING,
+        ) from None
     return view(written)
 
 
@@ -234,7 +240,9 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
     if state == "rejected":
         return view(item)
     if state not in ("pending", "approved"):
-        raise InvalidState(f"join request is {state}; it can no longer be rejected")
+        raise InvalidState(
+            f"join request is {state}; it can no longer be rejected", reason=errors.JOIN_REQUEST_NOT_PENDING
+        )
     now = clock.epoch()
     values: dict[str, Any] = {
         ":rejected": "rejected",
@@ -277,7 +285,9 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
         if current is not None and current.get("poolId") != item.get("poolId"):
             return reject(principal, request)  # this pool claimed it meanwhile: decide again
         state = state_now(current) if current else "expired"
-        raise InvalidState(f"join request is {state}; it can no longer be rejected") from None
+        raise InvalidState(
+            f"join request is {state}; it can no longer be rejected", reason=errors.JOIN_REQUEST_NOT_PENDING
+        ) from None
     return view(written)
 
 

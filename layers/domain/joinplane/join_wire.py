@@ -9,7 +9,8 @@ silently drop a fact an attestor needed.
 
 Responses follow grpc-gateway v2's defaults: every field of the seed's response message is emitted
 (EmitUnpopulated), int64 values as strings. Errors are `rpcStatus` `{code, message, details}` with
-the gRPC code and grpc-gateway's HTTP status for it.
+the gRPC code and grpc-gateway's HTTP status for it; `details` carries a google.rpc.ErrorInfo whose
+`reason` (joinplane.errors' catalogue) tells refusals apart without reading `message`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from joinplane.errors import InvalidArgument, JoinplaneError, OutOfTime
+from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, OutOfTime
 from joinplane.http import json_response
 
 MAX_BODY_BYTES = 64 * 1024
@@ -33,6 +34,7 @@ GRPC = {
     "NOT_FOUND": (5, 404),
     "ALREADY_EXISTS": (6, 409),
     "PERMISSION_DENIED": (7, 403),
+    # Nothing here raises it; API Gateway's throttling answers 429 itself, and docs/join.md lists 8→429.
     "RESOURCE_EXHAUSTED": (8, 429),
     "PAYLOAD_TOO_LARGE": (8, 413),  # gRPC says RESOURCE_EXHAUSTED for oversize messages; HTTP says 413
     "FAILED_PRECONDITION": (9, 400),
@@ -44,20 +46,32 @@ GRPC = {
 }
 
 
+def error_info(error: JoinplaneError) -> dict[str, Any]:
+    """google.rpc.ErrorInfo in proto3 JSON (a protobufAny): the reason a client switches on."""
+    return {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": error.reason,
+        "domain": DOMAIN,
+        "metadata": dict(error.metadata),
+    }
+
+
 def render_error(error: JoinplaneError) -> dict[str, Any]:
+    """`details` holds one google.rpc.ErrorInfo (every error) and, for OutOfTime, gRPC's own retry
+    hint google.rpc.RetryInfo as well (HTTP's is Retry-After). Seed 002 types details as
+    `protobufAny` (`@type` plus the message's fields), which both are."""
     code, status = GRPC.get(error.code, (13, 500))
+    details = [error_info(error)]
+    headers: dict[str, str] = {}
     if isinstance(error, OutOfTime):
-        # gRPC's own retry hint (google.rpc.RetryInfo) in details, and HTTP's in Retry-After.
-        retry = {
-            "@type": "type.googleapis.com/google.rpc.RetryInfo",
-            "retryDelay": f"{error.retry_after_seconds}s",
-        }
-        return json_response(
-            status,
-            {"code": code, "message": error.message, "details": [retry]},
-            {"retry-after": str(error.retry_after_seconds)},
+        details.append(
+            {
+                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": f"{error.retry_after_seconds}s",
+            }
         )
-    return json_response(status, {"code": code, "message": error.message, "details": []})
+        headers["retry-after"] = str(error.retry_after_seconds)
+    return json_response(status, {"code": code, "message": error.message, "details": details}, headers)
 
 
 # --- reading proto3 JSON -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, credentials, store
+from joinplane import clock, credentials, errors, store
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
@@ -168,10 +168,10 @@ def authenticate(machine_token: str) -> dict[str, Any]:
     """The machine a machine token belongs to: 16 for anything unknown, 7 for a revoked machine."""
     parsed = credentials.parse(machine_token, TOKEN_PREFIX)
     if parsed is None:
-        raise Unauthenticated("machine token is not valid")
+        raise Unauthenticated("machine token is not valid", reason=errors.MACHINE_TOKEN_INVALID)
     item = store.get(*machine_key(f"{ID_PREFIX}_{parsed.ulid}"))
     if item is None or not credentials.matches(parsed.secret, item["machineTokenSha256"]):
-        raise Unauthenticated("machine token is not valid")
+        raise Unauthenticated("machine token is not valid", reason=errors.MACHINE_TOKEN_INVALID)
     if item["state"] != "active":
-        raise PermissionDenied("this machine has been revoked")
+        raise PermissionDenied("this machine has been revoked", reason=errors.MACHINE_REVOKED)
     return item

@@ -1,5 +1,6 @@
 """The operator API's HTTP dialect, in one place: how a request becomes a (principal, model) pair
-and how every domain error becomes `{"error": {"code", "message", "details"}}` with its status.
+and how every domain error becomes `{"error": {"code", "reason", "message", "details"}}` with its status
+(`reason`: joinplane.errors' catalogue, what a client switches on).
 
 A handler file is `routes = operator_api.router("PoolsFunction")`, one function per route bound
 with `@routes.operation("pools.create")` (joinplane.routes) calling `operator_api.parse(request,
@@ -44,7 +45,9 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
     details = error.details
     if isinstance(error, OutOfTime):
         details = [*details, {"reason": "out_of_time", "retryAfterSeconds": error.retry_after_seconds}]
-    body = {"error": {"code": error.code, "message": error.message, "details": details}}
+    body = {
+        "error": {"code": error.code, "reason": error.reason, "message": error.message, "details": details}
+    }
     return json_response(STATUS.get(error.code, 500), body, retry_headers(error))
 
 

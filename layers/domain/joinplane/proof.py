@@ -44,7 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from joinplane import clock
-from joinplane.errors import InvalidArgument, Unauthenticated
+from joinplane.errors import (
+    PROOF_INVALID,
+    PROOF_MALFORMED,
+    PROOF_STALE,
+    InvalidArgument,
+    Unauthenticated,
+)
 
 HEADER = "joinplane-proof"
 VERSION = "joinplane-proof-v1"
@@ -93,11 +99,11 @@ class VerifiedProof:
 
 def _b64(value: str, name: str) -> bytes:
     if not _B64.fullmatch(value):
-        raise InvalidArgument(f"Joinplane-Proof {name} is not base64")
+        raise InvalidArgument(f"Joinplane-Proof {name} is not base64", reason=PROOF_MALFORMED)
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidArgument(f"Joinplane-Proof {name} is not base64") from None
+        raise InvalidArgument(f"Joinplane-Proof {name} is not base64", reason=PROOF_MALFORMED) from None
 
 
 def parse(header: str) -> Proof | None:
@@ -105,21 +111,26 @@ def parse(header: str) -> Proof | None:
     if not header:
         return None
     if len(header) > MAX_HEADER_CHARS:
-        raise InvalidArgument(f"Joinplane-Proof is longer than {MAX_HEADER_CHARS} characters")
+        raise InvalidArgument(
+            f"Joinplane-Proof is longer than {MAX_HEADER_CHARS} characters", reason=PROOF_MALFORMED
+        )
     parts: dict[str, str] = {}
     for part in header.split(","):
         name, sep, value = part.strip().partition("=")
         if not sep or name not in ("t", "sig", "key", "csrsig"):
             raise InvalidArgument(
-                "Joinplane-Proof must be t=<unix ms>,sig=<base64>[,key=<base64>][,csrsig=<base64>]"
+                "Joinplane-Proof must be t=<unix ms>,sig=<base64>[,key=<base64>][,csrsig=<base64>]",
+                reason=PROOF_MALFORMED,
             )
         if name in parts:
-            raise InvalidArgument(f"Joinplane-Proof gives {name} twice")
+            raise InvalidArgument(f"Joinplane-Proof gives {name} twice", reason=PROOF_MALFORMED)
         parts[name] = value.strip()
     if not {"t", "sig"} <= parts.keys():
-        raise InvalidArgument("Joinplane-Proof needs t= and sig=")
+        raise InvalidArgument("Joinplane-Proof needs t= and sig=", reason=PROOF_MALFORMED)
     if not re.fullmatch(r"[0-9]{13}", parts["t"]):
-        raise InvalidArgument("Joinplane-Proof t must be Unix time in milliseconds (13 digits)")
+        raise InvalidArgument(
+            "Joinplane-Proof t must be Unix time in milliseconds (13 digits)", reason=PROOF_MALFORMED
+        )
     return Proof(
         timestamp_ms=int(parts["t"]),
         signature=_b64(parts["sig"], "sig"),
@@ -174,21 +185,25 @@ def verify(
 
     now_ms = int(clock.epoch() * 1000)
     if not now_ms - WINDOW_MS <= proof.timestamp_ms <= now_ms + FUTURE_SKEW_MS:
-        raise Unauthenticated(STALE)
+        raise Unauthenticated(STALE, reason=PROOF_STALE)
     signer = csr_key
     if proof.key_der is not None:
         try:
             signer = serialization.load_der_public_key(proof.key_der)
         except (ValueError, UnsupportedAlgorithm):
-            raise InvalidArgument("Joinplane-Proof key is not a DER SubjectPublicKeyInfo") from None
+            raise InvalidArgument(
+                "Joinplane-Proof key is not a DER SubjectPublicKeyInfo", reason=PROOF_MALFORMED
+            ) from None
     if _spki_sha256(signer) != identity:
-        raise Unauthenticated("the Joinplane-Proof must be signed with the machine's current key")
+        raise Unauthenticated(
+            "the Joinplane-Proof must be signed with the machine's current key", reason=PROOF_INVALID
+        )
     signed = message(purpose, proof.timestamp_ms, credential, body)
     if not _verifies(signer, proof.signature, signed):
-        raise Unauthenticated(BAD)
+        raise Unauthenticated(BAD, reason=PROOF_INVALID)
     if _spki_sha256(csr_key) != identity:
         if proof.csr_signature is None:
-            raise Unauthenticated(ROTATION)
+            raise Unauthenticated(ROTATION, reason=PROOF_INVALID)
         if not _verifies(csr_key, proof.csr_signature, signed):
-            raise Unauthenticated(BAD)
+            raise Unauthenticated(BAD, reason=PROOF_INVALID)
     return VerifiedProof(timestamp_ms=proof.timestamp_ms)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from joinplane import clock, credentials, ids, pools, store
+from joinplane import clock, credentials, errors, ids, pools, store
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
@@ -128,7 +128,9 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
     if target.pool_id is not None:
         pool = pools.get_active(target.tenant_id, target.pool_id)
         if pool is None or pool["state"] != "active":
-            raise InvalidState("pool is archived; archived pools take no new joins")
+            raise InvalidState(
+                "pool is archived; archived pools take no new joins", reason=errors.POOL_ARCHIVED
+            )
     ulid = ids.new_ulid()
     token_id = f"{ID_PREFIX}_{ulid}"
     secret = credentials.mint(SECRET_PREFIX, ulid)

@@ -3,7 +3,10 @@
 Every answer is Sylve's `internal.APIResponse` envelope, `{"status", "message", "error", "data"}`
 in that order, written with Go's `json.Marshal` bytes (`inventory.go_json_compact`) and gin's
 content type. `message` is the machine-readable outcome a Sylve node switches on; `error` is the
-detail it shows its operator.
+detail it shows its operator. That outcome is this dialect's refusal reason (a SylveError's
+`reason` is it upper-cased); no `reason` field is added to the envelope: Go's decoder would ignore
+it, but the envelope is Sylve's own four fields, byte for byte what a Sylve leader writes, and a
+second name for the same outcome would only give a Sylve node two things to disagree on.
 
 Authentication is Sylve's `AuthenticateClusterKey` middleware, narrowed to what Joinplane issues:
 - `X-Cluster-Token` (a Sylve cluster JWT) or `Authorization` (an operator API key, or anything
@@ -70,7 +73,8 @@ class SylveError(JoinplaneError):
     code = "SYLVE"
 
     def __init__(self, status: int, message: str, error: str | None = None, data: Any = None) -> None:
-        super().__init__(message)
+        # Sylve's outcome is already a stable machine-readable name; it is the reason, upper-cased.
+        super().__init__(message, reason=message.upper())
         self.status = status
         self.error = message if error is None else error
         self.data = data
