@@ -14,7 +14,7 @@ Stored items:
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,9 @@ from joinplane import clock, credentials, errors, store
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 ID_PREFIX = "mach"
 TOKEN_PREFIX = "jpm"
@@ -68,7 +71,7 @@ def mint_token(machine_id: str) -> str:
     return credentials.mint(TOKEN_PREFIX, machine_id.removeprefix(f"{ID_PREFIX}_"))
 
 
-def view(item: dict[str, Any]) -> dict[str, Any]:
+def view(item: dict[str, Any]) -> views.Machine:
     facts = item.get("facts") or {}
     return {
         "machineId": item["machineId"],
@@ -108,11 +111,11 @@ def _load(principal: Principal, tenant_id: str, machine_id: str, permission: str
     return item
 
 
-def get(principal: Principal, request: MachineRef) -> dict[str, Any]:
+def get(principal: Principal, request: MachineRef) -> views.Machine:
     return view(_load(principal, request.tenantId, request.machineId, READ))
 
 
-def list_machines(principal: Principal, request: ListMachines) -> dict[str, Any]:
+def list_machines(principal: Principal, request: ListMachines) -> views.MachineList:
     from joinplane import pools
 
     pools.load(principal, request.tenantId, request.poolId, READ)
@@ -123,13 +126,13 @@ def list_machines(principal: Principal, request: ListMachines) -> dict[str, Any]
         sk_after=request.cursor,
     )
     machines = [view(item) for item in page.items if request.state in ("all", item["state"])]
-    result: dict[str, Any] = {"machines": machines}
+    result: views.MachineList = {"machines": machines}
     if page.last_key is not None and page.items:
         result["nextCursor"] = page.items[-1]["machineId"]
     return result
 
 
-def revoke(principal: Principal, request: RevokeMachine) -> dict[str, Any]:
+def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     """Ban the machine: its token and re-joins stop working, its hardware ids are released. The
     identity record keeps pointing at the revoked machine, so the same key cannot join again."""
     item = _load(principal, request.tenantId, request.machineId, WRITE)
