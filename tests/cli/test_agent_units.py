@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -12,30 +13,81 @@ from joinplane_cli.exits import Exit
 from joinplane_cli.keys import MachineKey, csr_matches
 
 
+def rpc_status(code: int, message: str, reason: str = "", **metadata: str) -> bytes:
+    """An rpcStatus as the join dialect writes it: its ErrorInfo names the refusal."""
+    info = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "joinplane",
+        "metadata": metadata,
+    }
+    return json.dumps({"code": code, "message": message, "details": [info] if reason else []}).encode()
+
+
 @pytest.mark.parametrize(
-    ("message", "code", "reason"),
+    ("raw", "exit_code", "reason", "request_id"),
     [
-        ("join request jreq_01abc was rejected: not in inventory", Exit.REJECTED, "not in inventory"),
-        ("join request jreq_01abc was rejected", Exit.REJECTED, ""),
-        ("join request jreq_01abc is rejected", Exit.REJECTED, ""),
-        ("join request jreq_01abc has expired", Exit.EXPIRED, ""),
-        ("join request jreq_01abc is expired", Exit.EXPIRED, ""),
-        ("the join request of this machine no longer exists; ask for a new join token", Exit.EXPIRED, ""),
-        ("this machine has been revoked", Exit.DENIED, "this machine has been revoked"),
         (
-            "join denied: TPM endorsement key is not on the allow-list",
+            rpc_status(7, "refused", "JOIN_REQUEST_REJECTED", requestId="jreq_1", rejectionReason="not here"),
+            Exit.REJECTED,
+            "not here",
+            "jreq_1",
+        ),
+        (rpc_status(7, "refused", "JOIN_REQUEST_REJECTED", requestId="jreq_1"), Exit.REJECTED, "", "jreq_1"),
+        (rpc_status(7, "refused", "JOIN_REQUEST_EXPIRED", requestId="jreq_2"), Exit.EXPIRED, "", "jreq_2"),
+        (
+            rpc_status(7, "the join request of this key no longer exists", "JOIN_REQUEST_EXPIRED"),
+            Exit.EXPIRED,
+            "",
+            "",
+        ),
+        (rpc_status(7, "gone", "MACHINE_REVOKED"), Exit.DENIED, "gone", ""),
+        (rpc_status(7, "replaced", "KEY_RETIRED"), Exit.DENIED, "replaced", ""),
+        (rpc_status(7, "join denied: no TPM", "JOIN_DENIED"), Exit.DENIED, "no TPM", ""),
+        # The reason decides, never the words: a message that reads like a rejection is a denial
+        (
+            rpc_status(7, "join request jreq_3 was rejected: x", "JOIN_DENIED"),
             Exit.DENIED,
-            "TPM endorsement key is not on the allow-list",
+            "join request jreq_3 was rejected: x",
+            "",
+        ),
+        # A 7 without a reason (an older server) is a denial
+        (
+            rpc_status(7, "join request jreq_4 was rejected"),
+            Exit.DENIED,
+            "join request jreq_4 was rejected",
+            "",
         ),
     ],
 )
-def test_permission_denied_is_told_apart_by_its_message(message: str, code: Exit, reason: str) -> None:
+def test_permission_denied_is_told_apart_by_its_reason(
+    raw: bytes, exit_code: Exit, reason: str, request_id: str
+) -> None:
     # When
-    denial = agent.classify_denial(message)
+    denial = agent.classify_denial(api.parse_error(403, raw))
 
     # Then
-    assert denial.exit_code == code
-    assert denial.reason == reason
+    assert (denial.exit_code, denial.reason, denial.request_id) == (exit_code, reason, request_id)
+
+
+def test_every_denial_reason_the_cli_knows_is_in_the_servers_catalogue() -> None:
+    from joinplane import errors
+
+    assert set(agent.DENIAL_EXITS) <= errors.CATALOGUE
+    assert {reason for reason in errors.CATALOGUE if reason.startswith("PROOF_")} == agent.PROOF_REASONS
+
+
+def test_the_reason_is_read_from_both_envelopes() -> None:
+    operator = api.parse_error(
+        409, b'{"error": {"code": "INVALID_STATE", "reason": "POOL_ARCHIVED", "message": "m", "details": []}}'
+    )
+    join = api.parse_error(400, rpc_status(9, "m", "WRONG_POOL"))
+    foreign = api.parse_error(
+        400,
+        b'{"code": 9, "message": "m", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", '
+        b'"reason": "WRONG_POOL", "domain": "example.com", "metadata": {}}]}',
+    )
+    assert (operator.reason, join.reason, foreign.reason) == ("POOL_ARCHIVED", "WRONG_POOL", "")
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from joinplane import errors, join_wire
 from joinplane_cli import agent, main, statedir
 from joinplane_cli.exits import Exit
 from joinplane_cli.keys import MachineKey
@@ -572,3 +573,85 @@ def test_odd_fields_in_operator_answers_show_as_blanks(
 
     # Then
     assert [code for code, _, _ in answers] == [Exit.OK] * 4, [err for _, _, err in answers]
+
+
+# --- refusals: the server's reason decides the exit code ---------------------------------------
+
+_JOIN_REFUSALS = [
+    (errors.Unauthenticated, errors.JOIN_TOKEN_INVALID, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_REQUIRED, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_STALE, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_INVALID, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_REPLAYED, {}, Exit.UNAUTHENTICATED),
+    (errors.PermissionDenied, errors.JOIN_REQUEST_REJECTED, {"requestId": "jreq_1"}, Exit.REJECTED),
+    (errors.PermissionDenied, errors.JOIN_REQUEST_EXPIRED, {"requestId": "jreq_1"}, Exit.EXPIRED),
+    (errors.PermissionDenied, errors.JOIN_REQUEST_EXPIRED, {}, Exit.EXPIRED),
+    (errors.PermissionDenied, errors.JOIN_DENIED, {}, Exit.DENIED),
+    (errors.PermissionDenied, errors.MACHINE_REVOKED, {}, Exit.DENIED),
+    (errors.PermissionDenied, errors.KEY_RETIRED, {}, Exit.DENIED),
+    (errors.FailedPrecondition, errors.WRONG_POOL, {}, Exit.ERROR),
+    (errors.FailedPrecondition, errors.POOL_ARCHIVED, {}, Exit.ERROR),
+    (errors.FailedPrecondition, errors.PREFLIGHT_FAILED, {}, Exit.ERROR),
+    (errors.InvalidArgument, errors.PROOF_MALFORMED, {}, Exit.ERROR),
+    (errors.InvalidArgument, errors.VALIDATION_FAILED, {}, Exit.ERROR),
+]
+_RENEW_REFUSALS = [
+    (errors.Unauthenticated, errors.MACHINE_TOKEN_INVALID, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_REQUIRED, {}, Exit.UNAUTHENTICATED),
+    (errors.Unauthenticated, errors.PROOF_REPLAYED, {}, Exit.UNAUTHENTICATED),
+    (errors.PermissionDenied, errors.MACHINE_REVOKED, {}, Exit.DENIED),
+    (errors.FailedPrecondition, errors.KEY_IN_USE, {}, Exit.ERROR),
+    (errors.FailedPrecondition, errors.MACHINE_HAS_NO_KEY, {}, Exit.ERROR),
+]
+
+
+def _refusal(kind: type[errors.JoinplaneError], reason: str, metadata: dict[str, str]) -> Reply:
+    """The refusal exactly as the join dialect renders it, under a message no client should read."""
+    rendered = join_wire.render_error(
+        kind("(words the CLI must not depend on)", reason=reason, metadata=metadata)
+    )
+    return Reply(rendered["statusCode"], rendered["body"].encode())
+
+
+@pytest.mark.parametrize(("kind", "reason", "metadata", "exit_code"), _JOIN_REFUSALS)
+def test_a_join_refusal_exits_with_the_code_of_its_reason(
+    server: FakeServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: type[errors.JoinplaneError],
+    reason: str,
+    metadata: dict[str, str],
+    exit_code: Exit,
+) -> None:
+    # Given a server that refuses the join for `reason`
+    server.answer(_refusal(kind, reason, metadata))
+
+    # When
+    code, _, err = run(*_join(server, tmp_path / "machine"), capsys=capsys)
+
+    # Then the exit code is the documented one for that reason (docs/cli.md)
+    assert code == exit_code, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("kind", "reason", "metadata", "exit_code"), _RENEW_REFUSALS)
+def test_a_renewal_refusal_exits_with_the_code_of_its_reason(
+    server: FakeServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: type[errors.JoinplaneError],
+    reason: str,
+    metadata: dict[str, str],
+    exit_code: Exit,
+) -> None:
+    # Given a joined machine whose server refuses its renewal for `reason`
+    directory = joined_directory(tmp_path, server.url)
+    before = snapshot(directory)
+    server.answer(_refusal(kind, reason, metadata))
+
+    # When
+    code, _, err = run("renew", "--dir", str(directory), capsys=capsys)
+
+    # Then the exit code is the documented one, and the machine's directory is as it was
+    assert code == exit_code, err
+    assert snapshot(directory) == before
