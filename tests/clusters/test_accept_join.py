@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import deadline, store
+from joinplane import deadline
 from joinplane.clusters import inventory, membership, sylve_wire
+from joinplane.dal import dynamo
 from joinplane.errors import Unavailable
 from tests.conftest import all_items
 from tests.support import LambdaContext, Reply, call, http_event, load_function
@@ -207,8 +208,8 @@ def test_the_publisher_reads_the_node_item_as_node_joined(key: str) -> None:
     record = {
         "eventName": "INSERT",
         "dynamodb": {
-            "Keys": store.serialize({"pk": node["pk"], "sk": node["sk"]}),
-            "NewImage": store.serialize(node),
+            "Keys": dynamo.serialize({"pk": node["pk"], "sk": node["sk"]}),
+            "NewImage": dynamo.serialize(node),
             "SequenceNumber": "1",
         },
     }
@@ -223,7 +224,7 @@ def test_the_publisher_reads_the_node_item_as_node_joined(key: str) -> None:
     # nothing else a join writes is an event
     others = [i for i in all_items() if i["pk"].startswith(("CLUSTER#", "CLUSTERKEY#"))]
     assert others and all(
-        events.from_stream_record({"dynamodb": {"NewImage": store.serialize(i)}}) is None for i in others
+        events.from_stream_record({"dynamodb": {"NewImage": dynamo.serialize(i)}}) is None for i in others
     )
 
 
@@ -450,7 +451,7 @@ def test_a_store_outage_is_503_inventory_unavailable(key: str, monkeypatch: pyte
     def throttled(*args: Any, **kwargs: Any) -> Any:
         raise Unavailable("the store is unavailable, retry later")
 
-    monkeypatch.setattr(store, "batch_get", throttled)
+    monkeypatch.setattr(dynamo, "batch_get", throttled)
     before = all_items()
     reply = post(join_body("node-a", "10.0.0.1", [1]), key)
     assert reply.status == 503
@@ -462,9 +463,9 @@ def test_a_store_outage_is_503_inventory_unavailable(key: str, monkeypatch: pyte
 
 def test_a_transaction_refused_for_other_reasons_is_503(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(writes: Any, **_: Any) -> None:
-        raise store.TransactionCanceled(["ThrottlingError"], [None])
+        raise dynamo.TransactionCanceled(["ThrottlingError"], [None])
 
-    monkeypatch.setattr(store, "transact", refused)
+    monkeypatch.setattr(dynamo, "transact", refused)
     reply = post(join_body("node-a", "10.0.0.1", [1]), key)
     assert (reply.status, reply.body["message"]) == (503, "guest_identity_inventory_unavailable")
 
@@ -477,9 +478,9 @@ def test_a_join_that_keeps_losing_gives_up_with_503_before_its_deadline(
 
     def lost(writes: Any, **_: Any) -> None:
         calls.append(len(writes))
-        raise store.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
 
-    monkeypatch.setattr(store, "transact", lost)
+    monkeypatch.setattr(dynamo, "transact", lost)
     before = all_items()
     # When it is sent with 1.6 s of its invocation left
     started = time.monotonic()
@@ -503,9 +504,9 @@ def test_a_join_that_keeps_losing_without_a_deadline_stops_after_max_attempts(
 
     def lost(writes: Any, **_: Any) -> None:
         calls.append(len(writes))
-        raise store.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
 
-    monkeypatch.setattr(store, "transact", lost)
+    monkeypatch.setattr(dynamo, "transact", lost)
     monkeypatch.setattr(deadline.time, "sleep", lambda seconds: None)
     cluster = membership.authenticate(key)
     request = sylve_wire.decode_accept_join(json.dumps(join_body("node-a", "10.0.0.1", [1])).encode())

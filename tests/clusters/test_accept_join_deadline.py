@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import store
+from joinplane.dal import dynamo
 from tests.clusters.test_accept_join import (
     Answer,
     Remaining,
@@ -43,14 +43,14 @@ def slow_commits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Every TransactWriteItems takes STORE_LATENCY longer (outside the emulator's lock, so
     concurrent joins overlap as they would on DynamoDB)."""
     commits: list[float] = []
-    transact = store.transact
+    transact = dynamo.transact
 
     def slow(writes: Any, **options: Any) -> None:
         commits.append(time.monotonic())
         time.sleep(STORE_LATENCY)
         transact(writes, **options)
 
-    monkeypatch.setattr(store, "transact", slow)
+    monkeypatch.setattr(dynamo, "transact", slow)
     return commits
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from joinplane import deadline, store
+from joinplane import deadline
+from joinplane.dal import dynamo
 from joinplane_local.functions import Functions, LambdaContext
 from joinplane_local.template import Names, Template, load
 from tests.clusters.test_accept_join import join_body, make_cluster
@@ -47,9 +48,9 @@ def test_a_join_that_cannot_finish_in_time_is_503_not_a_timeout(
     # And a store on which each commit takes 0.5 s and then loses to another join
     def slow_and_lost(writes: Any, **_: Any) -> None:
         time.sleep(0.5)
-        raise store.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
 
-    monkeypatch.setattr(store, "transact", slow_and_lost)
+    monkeypatch.setattr(dynamo, "transact", slow_and_lost)
     event = http_event(
         "/cluster/accept-join",
         json.dumps(join_body("node-a", "10.0.0.1", [1, 2])).encode(),

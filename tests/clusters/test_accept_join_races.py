@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from joinplane import store
 from joinplane.clusters import membership
+from joinplane.dal import clusters as clusters_db
+from joinplane.dal import dynamo
 from tests.clusters.test_accept_join import cluster_nodes, join_body, make_cluster, post, registry
 from tests.support import release_together
 
@@ -74,7 +76,7 @@ def decide_all_before_any_commits(monkeypatch: pytest.MonkeyPatch, parties: int)
     read-then-write commit goes wrong."""
     barrier = threading.Barrier(parties)
     held = threading.local()
-    transact = store.transact
+    transact = dynamo.transact
 
     def after_everyone_decided(writes: Any, **options: Any) -> None:
         if not getattr(held, "done", False):
@@ -82,7 +84,7 @@ def decide_all_before_any_commits(monkeypatch: pytest.MonkeyPatch, parties: int)
             barrier.wait()
         transact(writes, **options)
 
-    monkeypatch.setattr(store, "transact", after_everyone_decided)
+    monkeypatch.setattr(dynamo, "transact", after_everyone_decided)
 
 
 def test_with_every_join_deciding_first_exactly_one_still_wins(
@@ -101,17 +103,14 @@ def naive_commit(
     tenant_id: str, pool_id: str, node_id: str, guest_ids: list[int], decided: threading.Barrier
 ) -> bool:
     """The bug we avoid: read the guest items, check the IDs are free, then write the claims."""
-    buckets = membership._buckets(tenant_id, pool_id)
+    buckets = clusters_db.buckets(tenant_id, pool_id, range(membership.BUCKETS))
     if any(guest_id in bucket.claims for bucket in buckets.values() for guest_id in guest_ids):
         return False
     decided.wait()
     for guest_id in guest_ids:
-        number = guest_id // membership.BUCKET_WIDTH
-        claims = {**buckets[number].claims, guest_id: ("vm", node_id)}
-        pk, sk = membership.bucket_key(tenant_id, pool_id, number)
-        store.put(
-            {"pk": pk, "sk": sk, **membership._encode_claims(claims), "version": buckets[number].version + 1}
-        )
+        bucket = buckets[clusters_db.bucket_of(guest_id)]
+        claims = {**bucket.claims, guest_id: ("vm", node_id)}
+        dynamo.put(replace(bucket, claims=claims, version=bucket.version + 1).to_item())
     return True
 
 

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from joinplane import store
 from joinplane.clusters import inventory, membership
 from joinplane.clusters.inventory import InventoryEntry
+from joinplane.dal import clusters as clusters_db
+from joinplane.dal import dynamo
+from joinplane.dal.clusters import GuestBucket
+from joinplane.dal.pools import Pool
 from tests.clusters.test_accept_join import entries, join_body, make_cluster, post, registry
 from tests.support import call
 
@@ -41,28 +44,29 @@ def item_bytes(item: dict[str, Any]) -> int:
 
 
 @pytest.fixture
-def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[store.Write]]:
-    seen: list[list[store.Write]] = []
-    transact = store.transact
+def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[dynamo.Write]]:
+    seen: list[list[dynamo.Write]] = []
+    transact = dynamo.transact
 
     def recording(writes: Any, **options: Any) -> None:
         writes = list(writes)
         seen.append(writes)
         transact(writes, **options)
 
-    monkeypatch.setattr(store, "transact", recording)
+    monkeypatch.setattr(dynamo, "transact", recording)
     return seen
 
 
 def test_the_largest_possible_join_commits_in_one_transaction_within_limits(
-    admin_key: str, transactions: list[list[store.Write]]
+    admin_key: str, transactions: list[list[dynamo.Write]]
 ) -> None:
     """The largest transaction a join can need: the registry full but for one ID in each of the 50
     guest items, every claim carrying a 128-byte node ID, and a last node taking those 50 IDs, so
     that its commit rewrites all 50 guest items, each full."""
     key = make_cluster(admin_key)
     last = [
-        number * membership.BUCKET_WIDTH + membership.BUCKET_WIDTH - 1 for number in range(membership.BUCKETS)
+        number * clusters_db.BUCKET_WIDTH + clusters_db.BUCKET_WIDTH - 1
+        for number in range(membership.BUCKETS)
     ]
     rest = sorted(set(range(1, inventory.GUEST_ID_MAX + 1)) - set(last))
     for index, letter in enumerate("abc"):
@@ -121,11 +125,11 @@ def test_the_worst_case_transaction_is_proven_to_fit() -> None:
     nasty = '"\u00e9\u0001'  # a quote, a 2-byte character, a control character
     buckets = {}
     for number in range(membership.BUCKETS):
-        ids = range(max(1, number * membership.BUCKET_WIDTH), (number + 1) * membership.BUCKET_WIDTH - 1)
+        ids = range(max(1, number * clusters_db.BUCKET_WIDTH), (number + 1) * clusters_db.BUCKET_WIDTH - 1)
         claims = {i: ("jail", (f"{i:04d}" + nasty * 31)[:128]) for i in ids if i <= inventory.GUEST_ID_MAX}
         assert all(len(node.encode()) <= 128 for _, node in claims.values())
-        buckets[number] = membership._Bucket(version=7, claims=claims)
-    last = [n * membership.BUCKET_WIDTH + membership.BUCKET_WIDTH - 1 for n in range(membership.BUCKETS)]
+        buckets[number] = GuestBucket("t" * 128, "p" * 128, number, version=7, claims=claims)
+    last = [n * clusters_db.BUCKET_WIDTH + clusters_db.BUCKET_WIDTH - 1 for n in range(membership.BUCKETS)]
     joiner_id = "\u00e9" * 64
     joiner = inventory.build_report(
         [
@@ -133,8 +137,23 @@ def test_the_worst_case_transaction_is_proven_to_fit() -> None:
             for i in last
         ]
     )
-    pool = {"tenantId": "t" * 128, "poolId": "p" * 128, "siteId": "s" * 128, "version": 10**12}
-    writes = membership._join_writes(pool, "ckey_x", joiner_id, "255.255.255.255", "v" * 128, joiner, buckets)
+    pool = Pool(
+        tenant_id="t" * 128,
+        pool_id="p" * 128,
+        site_id="s" * 128,
+        name="",
+        workspace_id="",
+        state="active",
+        bootstrap={},
+        join_request_ttl_seconds=3600,
+        certificate_ttl_seconds=3600,
+        cluster=None,
+        created_at="",
+        updated_at="",
+        version=10**12,
+    )
+    node, changed = membership._join(pool, joiner_id, "255.255.255.255", "v" * 128, joiner, buckets)
+    writes = clusters_db.join_writes(pool, "ckey_x", node, changed)
     assert len(writes) == 3 + membership.BUCKETS <= MAX_ACTIONS
     sizes = [item_bytes(w.item) for w in writes if w.item]
     guest_items = [w.item for w in writes if w.item and w.item["sk"].startswith("GUESTS#")]

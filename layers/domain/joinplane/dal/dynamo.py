@@ -68,6 +68,17 @@ class TransactionCanceled(Exception):
     def subjects(self, name: str) -> list[Any]:
         return [f.subject for f in self.failures if f.name == name]
 
+    @property
+    def contended(self) -> bool:
+        """Cancelled only by failed conditions or a transaction in flight: what the writer decided
+        on moved, so reading again and deciding again may succeed (not so for throttling)."""
+        return set(self.reasons) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}
+
+    @property
+    def causes(self) -> str:
+        """DynamoDB's cancellation codes, for a message or a log line."""
+        return ", ".join(self.reasons)
+
 
 def to_attribute(value: Any) -> dict[str, Any]:
     """A Python value as a DynamoDB attribute value (the wire's typed JSON)."""

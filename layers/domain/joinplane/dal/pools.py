@@ -32,6 +32,9 @@ class Pool:
     updated_at: str
     version: int = 1
     archived_at: str | None = None
+    # The cluster key that opens this pool to Sylve nodes (joinplane.dal.clusters), once issued.
+    cluster_key_id: str | None = None
+    cluster_key_rotated_at: str | None = None
 
     @property
     def active(self) -> bool:
@@ -58,6 +61,8 @@ class Pool:
             updated_at=item["updatedAt"],
             version=int(item.get("version", 1)),
             archived_at=item.get("archivedAt"),
+            cluster_key_id=item.get("clusterKeyId"),
+            cluster_key_rotated_at=item.get("clusterKeyRotatedAt"),
         )
 
     def to_item(self) -> Item:
@@ -79,6 +84,8 @@ class Pool:
             "updatedAt": self.updated_at,
             "version": self.version,
             "archivedAt": self.archived_at,
+            "clusterKeyId": self.cluster_key_id,
+            "clusterKeyRotatedAt": self.cluster_key_rotated_at,
         }
 
 
