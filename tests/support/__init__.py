@@ -1,0 +1,41 @@
+"""What the tests share, in one place: every test imports its helpers from here (or gets them from a
+conftest fixture), never from another test module.
+
+- functions: the project's Lambda functions, found through the route table (`load_function`)
+- lambda_context: the Lambda context and API Gateway payload 2.0 events (`http_event`)
+- http: operator routes and joins through the real handlers (`call`, `join`, `sign_proof`)
+- csr: keys and CSRs made by the openssl CLI, by kind (`make_csr`, `openssl_csr`)
+- races: threads released together against the moto server (`release_together`)
+- polling: waiting for work on another thread or process (`wait_until`)
+- runtime: the one way to start joinplane_local (`local_runtime`)
+- servers: stand-in HTTP servers for the CLI (`serving`)
+"""
+
+from .csr import CsrFile, csr_for_key, make_csr, openssl_csr
+from .functions import ROOT, function_of, function_specs, load_function, route_handler
+from .http import Reply, call, join, sign_proof
+from .lambda_context import LambdaContext, http_event
+from .polling import wait_until
+from .races import release_together
+from .servers import serving
+
+__all__ = [
+    "ROOT",
+    "CsrFile",
+    "LambdaContext",
+    "Reply",
+    "call",
+    "csr_for_key",
+    "function_of",
+    "function_specs",
+    "http_event",
+    "join",
+    "load_function",
+    "make_csr",
+    "openssl_csr",
+    "release_together",
+    "route_handler",
+    "serving",
+    "sign_proof",
+    "wait_until",
+]

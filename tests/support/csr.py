@@ -1,0 +1,81 @@
+"""Keys and CSRs made by the `openssl` CLI, as a real machine makes them: the one CSR maker of the
+suite. Python's `cryptography` would make the same bytes, but a CSR from the CLI proves the server
+reads what a hand-rolled client sends."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+OPENSSL = "openssl"
+
+# `openssl req -new` arguments that choose the key, by kind. The first four are the kinds a machine
+# may use; the others are refused, or odd, and exist so the CA tests can show how.
+KINDS: dict[str, tuple[str, ...]] = {
+    "p256": ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"),
+    "p384": ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"),
+    "ed25519": ("-newkey", "ed25519"),
+    "rsa2048": ("-newkey", "rsa:2048"),
+    "rsa4096": ("-newkey", "rsa:4096"),
+    "rsa1024": ("-newkey", "rsa:1024"),
+    "p521": ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-521"),
+    "secp256k1": ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp256k1"),
+    "ed448": ("-newkey", "ed448"),
+    "rsa-pss": ("-newkey", "rsa-pss", "-pkeyopt", "rsa_keygen_bits:2048"),
+    "p256-sha1": ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-sha1"),
+    "p256-asks-for-more": (
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-addext",
+        "subjectAltName=DNS:evil.example,URI:spiffe://other-tenant/pool/p/machine/m",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-addext",
+        "extendedKeyUsage=serverAuth,codeSigning",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CsrFile:
+    pem: str
+    key_path: Path
+    csr_path: Path
+
+
+def openssl(
+    *args: str, cwd: Path | None = None, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OPENSSL, *args], cwd=cwd, input=stdin, capture_output=True, text=True, check=check, timeout=60
+    )
+
+
+def make_csr(
+    directory: Path,
+    kind: str = "p256",
+    subject: str = "/CN=test",
+    *,
+    key_name: str = "key.pem",
+    csr_name: str = "csr.pem",
+) -> CsrFile:
+    """A new key of `kind` and a CSR for it, both written to `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, out = directory / key_name, directory / csr_name
+    openssl("req", "-new", *KINDS[kind], "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(out))
+    return CsrFile(out.read_text(), key, out)
+
+
+def csr_for_key(key_path: Path, subject: str = "/CN=again") -> str:
+    """Another CSR for a key already on disk (what a retry after a crash, or a renewal, sends)."""
+    return openssl("req", "-new", "-key", str(key_path), "-subj", subject).stdout
+
+
+def openssl_csr(directory: Path, subject: str = "/CN=test") -> str:
+    """A P-256 key (`key.pem`) and CSR (`csr.pem`) in `directory`; the CSR's PEM."""
+    return make_csr(directory, "p256", subject).pem
