@@ -5,8 +5,7 @@ An EK is named by the lowercase hex SHA-256 of its SubjectPublicKeyInfo DER. Ope
 that hash or the EK certificate (the hash is then taken from the certificate's SPKI exactly as the
 TPM vendor encoded and signed it).
 
-Stored item: `SITE#<tenantId>#<siteId>#TPMALLOW` / `EK#<sha256>`, one per key; the partition holds
-nothing else, so a listing is one Query in hash order.
+Stored one item per key, as `joinplane.dal.tpm_allow` describes.
 """
 
 from __future__ import annotations
@@ -15,13 +14,15 @@ import base64
 import binascii
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from joinplane import clock, pools, store
-from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from joinplane import clock, pools
+from joinplane.dal import tpm_allow as allow_db
+from joinplane.dal.tpm_allow import AllowedKey
+from joinplane.errors import AlreadyExists, InvalidArgument, NotFound
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
 from joinplane.wire import TEXT
@@ -62,14 +63,6 @@ class ListKeys(SiteRef):
 
 class RemoveKey(SiteRef):
     ekPublicKeySha256: str = Field(pattern=SHA256_HEX)
-
-
-def partition(tenant_id: str, site_id: str) -> str:
-    return f"SITE#{tenant_id}#{site_id}#TPMALLOW"
-
-
-def key_of(tenant_id: str, site_id: str, ek_sha256: str) -> tuple[str, str]:
-    return partition(tenant_id, site_id), f"EK#{ek_sha256}"
 
 
 def spki_sha256(spki_der: bytes) -> str:
@@ -132,15 +125,15 @@ def _der_header(der: bytes, offset: int) -> tuple[int, int]:
     return int.from_bytes(der[offset + 2 : offset + 2 + count], "big"), offset + 2 + count
 
 
-def view(item: dict[str, Any]) -> views.AllowedKey:
+def view(key: AllowedKey) -> views.AllowedKey:
     return {
-        "tenantId": item["tenantId"],
-        "siteId": item["siteId"],
-        "ekPublicKeySha256": item["ekPublicKeySha256"],
-        "addedFrom": item["addedFrom"],
-        "description": item.get("description", ""),
-        "createdAt": item["createdAt"],
-        "createdBy": item.get("createdBy"),
+        "tenantId": key.tenant_id,
+        "siteId": key.site_id,
+        "ekPublicKeySha256": key.ek_sha256,
+        "addedFrom": key.added_from,
+        "description": key.description,
+        "createdAt": key.created_at,
+        "createdBy": key.created_by,
     }
 
 
@@ -150,69 +143,57 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
 
 def add(principal: Principal, request: AddKey) -> views.AllowedKey:
     # The certificate is part of the request's shape: a bad one is refused before any lookup.
+    added_from: Literal["hash", "certificate"]
     if request.ekCertificatePem is not None:
         ek_sha256, added_from = ek_hash_from_certificate(request.ekCertificatePem), "certificate"
     else:
         assert request.ekPublicKeySha256 is not None
         ek_sha256, added_from = request.ekPublicKeySha256, "hash"
     _site(principal, request, WRITE)
-    pk, sk = key_of(request.tenantId, request.siteId, ek_sha256)
-    item = {
-        "pk": pk,
-        "sk": sk,
-        "tenantId": request.tenantId,
-        "siteId": request.siteId,
-        "ekPublicKeySha256": ek_sha256,
-        "addedFrom": added_from,
-        "description": request.description,
-        "createdAt": clock.rfc3339(clock.now()),
-        "createdBy": principal.key_id,
-    }
+    key = AllowedKey(
+        tenant_id=request.tenantId,
+        site_id=request.siteId,
+        ek_sha256=ek_sha256,
+        added_from=added_from,
+        description=request.description,
+        created_at=clock.rfc3339(clock.now()),
+        created_by=principal.key_id,
+    )
     try:
-        store.put(item, condition="attribute_not_exists(pk)")
-    except store.ConditionFailed:
+        allow_db.add(key)
+    except allow_db.KeyExists:
         raise AlreadyExists(
             f"endorsement key {ek_sha256} is already on the allow-list of site {request.siteId!r}",
             [{"field": "ekPublicKeySha256", "reason": "already listed"}],
         ) from None
-    return view(item)
+    return view(key)
 
 
 def list_keys(principal: Principal, request: ListKeys) -> views.AllowedKeyList:
     _site(principal, request, READ)
-    pk = partition(request.tenantId, request.siteId)
-    page = (
-        store.query(pk=pk, sk_after=f"EK#{request.cursor.lower()}", limit=request.limit, consistent=True)
-        if request.cursor
-        else store.query(pk=pk, sk_prefix="EK#", limit=request.limit, consistent=True)
-    )
-    keys = [view(item) for item in page.items]
+    after = request.cursor.lower() if request.cursor else None
+    page = allow_db.list_keys(request.tenantId, request.siteId, after=after, limit=request.limit)
+    keys = [view(key) for key in page.keys]
     result: views.AllowedKeyList = {"keys": keys}
-    if page.last_key is not None and keys:
+    if page.more and keys:
         result["nextCursor"] = keys[-1]["ekPublicKeySha256"]
     return result
 
 
 def remove(principal: Principal, request: RemoveKey) -> views.AllowedKey:
     _site(principal, request, WRITE)
-    pk, sk = key_of(request.tenantId, request.siteId, request.ekPublicKeySha256.lower())
-    item = store.get(pk, sk)
-    if item is None:
+    key = allow_db.get(request.tenantId, request.siteId, request.ekPublicKeySha256.lower())
+    if key is None:
         raise NotFound("endorsement key not on this site's allow-list")
     try:
-        # The store has no bare DeleteItem; a one-action transaction is a conditional delete.
-        store.transact([store.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)")])
-    except store.TransactionCanceled as canceled:
-        if "ConditionalCheckFailed" in canceled.reasons:
-            raise NotFound("endorsement key not on this site's allow-list") from None
-        if "TransactionConflict" in canceled.reasons:
-            raise Unavailable("the allow-list entry is being changed, retry") from None
-        raise
-    return view(item)
+        allow_db.remove(key)
+    except allow_db.KeyGone:
+        raise NotFound("endorsement key not on this site's allow-list") from None
+    return view(key)
 
 
 def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
     """Is this EK (hex SHA-256 of its SPKI DER) allowed at the site? One GetItem."""
     if not re.fullmatch(SHA256_HEX, ek_sha256):
         return False  # could never have been added; also keeps junk out of the key
-    return store.get(*key_of(tenant_id, site_id, ek_sha256.lower())) is not None
+    return allow_db.is_listed(tenant_id, site_id, ek_sha256.lower())

@@ -1,0 +1,111 @@
+"""TPM allow-lists in the table: `SITE#<tenantId>#<siteId>#TPMALLOW` / `EK#<sha256>`, one item per
+endorsement key; the partition holds nothing else, so a listing is one Query in hash order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from joinplane.dal import dynamo
+from joinplane.dal.dynamo import Item
+from joinplane.errors import Unavailable
+
+
+@dataclass(frozen=True)
+class AllowedKey:
+    tenant_id: str
+    site_id: str
+    ek_sha256: str  # lowercase hex SHA-256 of the EK's SubjectPublicKeyInfo DER
+    added_from: Literal["hash", "certificate"]
+    description: str
+    created_at: str
+    created_by: str | None
+
+    @classmethod
+    def from_item(cls, item: Item) -> AllowedKey:
+        return cls(
+            tenant_id=item["tenantId"],
+            site_id=item["siteId"],
+            ek_sha256=item["ekPublicKeySha256"],
+            added_from=item["addedFrom"],
+            description=item.get("description", ""),
+            created_at=item["createdAt"],
+            created_by=item.get("createdBy"),
+        )
+
+    def to_item(self) -> Item:
+        pk, sk = key_of(self.tenant_id, self.site_id, self.ek_sha256)
+        return {
+            "pk": pk,
+            "sk": sk,
+            "tenantId": self.tenant_id,
+            "siteId": self.site_id,
+            "ekPublicKeySha256": self.ek_sha256,
+            "addedFrom": self.added_from,
+            "description": self.description,
+            "createdAt": self.created_at,
+            "createdBy": self.created_by,
+        }
+
+
+def partition(tenant_id: str, site_id: str) -> str:
+    return f"SITE#{tenant_id}#{site_id}#TPMALLOW"
+
+
+def key_of(tenant_id: str, site_id: str, ek_sha256: str) -> tuple[str, str]:
+    return partition(tenant_id, site_id), f"EK#{ek_sha256}"
+
+
+class KeyExists(Exception):
+    pass
+
+
+class KeyGone(Exception):
+    """The key was not (or no longer) on the allow-list."""
+
+
+def add(key: AllowedKey) -> None:
+    """KeyExists when the site lists this key already."""
+    try:
+        dynamo.put(key.to_item(), condition="attribute_not_exists(pk)")
+    except dynamo.ConditionFailed:
+        raise KeyExists(key.ek_sha256) from None
+
+
+def get(tenant_id: str, site_id: str, ek_sha256: str) -> AllowedKey | None:
+    item = dynamo.get(*key_of(tenant_id, site_id, ek_sha256))
+    return AllowedKey.from_item(item) if item else None
+
+
+def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
+    return dynamo.get(*key_of(tenant_id, site_id, ek_sha256)) is not None
+
+
+def remove(key: AllowedKey) -> None:
+    """KeyGone when a concurrent remove got there first."""
+    pk, sk = key_of(key.tenant_id, key.site_id, key.ek_sha256)
+    try:
+        # No bare DeleteItem in joinplane.dal.dynamo; a one-action transaction is a conditional delete.
+        dynamo.transact([dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="key")])
+    except dynamo.TransactionCanceled as cancelled:
+        if cancelled.lost("key"):
+            raise KeyGone(key.ek_sha256) from None
+        if cancelled.contended:
+            raise Unavailable("the allow-list entry is being changed, retry") from None
+        raise
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    keys: list[AllowedKey]
+    more: bool  # a page may follow
+
+
+def list_keys(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> KeyPage:
+    """One page of the site's keys in hash order, after the hash `after`."""
+    pk = partition(tenant_id, site_id)
+    if after:
+        page = dynamo.query(pk=pk, sk_after=f"EK#{after}", limit=limit, consistent=True)
+    else:
+        page = dynamo.query(pk=pk, sk_prefix="EK#", limit=limit, consistent=True)
+    return KeyPage([AllowedKey.from_item(item) for item in page.items], page.last_key is not None)
