@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import clock, discovery, keyauth, store
+from joinplane import clock, discovery, keyauth
+from joinplane.dal import discovery as discovery_db
+from joinplane.dal import dynamo
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
 from tests.attestation import call, dynamodb_calls, make_key, make_site
@@ -449,4 +451,4 @@ def test_eight_concurrent_registrations_of_one_serial_make_exactly_one_entry(tab
     # No loser left an index item behind: only the winner's serial and MAC are indexed
     indexed = {item["sk"]: item["entryId"] for item in discovery_items() if item["sk"].startswith("ID#")}
     assert set(indexed.values()) == {winners[0]["entryId"]} and len(indexed) == 2
-    assert store.get(*discovery.index_key("acme", "site-a", "serial", "CONTESTED-1")) is not None
+    assert dynamo.get(*discovery_db.index_key("acme", "site-a", "serial", "CONTESTED-1")) is not None

@@ -1,14 +1,8 @@
 """The discovery inventory: the machines a site expects. The `discovery` attestor admits a join
 whose hardware identifiers match an entry and defers one it does not know.
 
-Stored in one partition per site, `SITE#<tenantId>#<siteId>#DISCOVERY`:
-- `ENTRY#<entryId>`: the entry as registered (identifiers in canonical form).
-- `ID#<kind>#<value>` for each identifier (kind `serial`, `uuid`, `mac`, `fingerprint`): holds the
-  entryId and hostname, so a join's lookup is one BatchGetItem over its identifiers' keys, and its
-  conditional creation is what keeps an identifier on at most one entry of the site.
-
-An entry and its index items are written and deleted in one transaction: no reader ever sees an
-index item without its entry, nor an entry whose identifiers another entry also claims.
+Stored as `joinplane.dal.discovery` describes: an entry item, and one index item per identifier
+that keeps the identifier on at most one entry of the site and makes a join's lookup one read.
 """
 
 from __future__ import annotations
@@ -20,8 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from joinplane import clock, hardware, ids, pools, store
-from joinplane.errors import AlreadyExists, InvalidArgument, JoinplaneError, NotFound, Unavailable
+from joinplane import clock, hardware, ids, pools
+from joinplane.dal import discovery as discovery_db
+from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
 from joinplane.wire import TEXT, ULID
@@ -50,9 +46,6 @@ FIELD_OF = {
 # the firmware UUID and serial are per board, a fingerprint is what the agent derived, and NICs move
 # between machines.
 _STRENGTH = {"uuid": 0, "serial": 1, "fingerprint": 2, "mac": 3}
-# A transaction that lost to a concurrent one on the same items is cancelled without a verdict on
-# our conditions; trying again gets one.
-_CONFLICT_ATTEMPTS = 3
 
 
 def _invalid(reason: str) -> PydanticCustomError:
@@ -138,44 +131,19 @@ class RemoveEntry(SiteRef):
     entryId: str = Field(pattern=ENTRY_ID)
 
 
-def partition(tenant_id: str, site_id: str) -> str:
-    return f"SITE#{tenant_id}#{site_id}#DISCOVERY"
-
-
-def entry_key(tenant_id: str, site_id: str, entry_id: str) -> tuple[str, str]:
-    return partition(tenant_id, site_id), f"ENTRY#{entry_id}"
-
-
-def index_key(tenant_id: str, site_id: str, kind: str, value: str) -> tuple[str, str]:
-    return partition(tenant_id, site_id), f"ID#{kind}#{value}"
-
-
-def identifiers(entry: dict[str, Any]) -> list[tuple[str, str]]:
-    """(kind, canonical value) of every identifier an entry (item or request fields) carries."""
-    found: list[tuple[str, str]] = []
-    if entry.get("serialNumber"):
-        found.append(("serial", entry["serialNumber"]))
-    if entry.get("systemUuid"):
-        found.append(("uuid", entry["systemUuid"]))
-    found += [("mac", mac) for mac in entry.get("macAddresses") or []]
-    if entry.get("machineFingerprint"):
-        found.append(("fingerprint", entry["machineFingerprint"]))
-    return found
-
-
-def view(item: dict[str, Any]) -> views.DiscoveryEntry:
+def view(entry: DiscoveryEntry) -> views.DiscoveryEntry:
     return {
-        "entryId": item["entryId"],
-        "tenantId": item["tenantId"],
-        "siteId": item["siteId"],
-        "serialNumber": item.get("serialNumber"),
-        "systemUuid": item.get("systemUuid"),
-        "macAddresses": item.get("macAddresses") or [],
-        "machineFingerprint": item.get("machineFingerprint"),
-        "hostname": item.get("hostname"),
-        "description": item.get("description", ""),
-        "createdAt": item["createdAt"],
-        "createdBy": item.get("createdBy"),
+        "entryId": entry.entry_id,
+        "tenantId": entry.tenant_id,
+        "siteId": entry.site_id,
+        "serialNumber": entry.serial_number,
+        "systemUuid": entry.system_uuid,
+        "macAddresses": entry.mac_addresses,
+        "machineFingerprint": entry.machine_fingerprint,
+        "hostname": entry.hostname,
+        "description": entry.description,
+        "createdAt": entry.created_at,
+        "createdBy": entry.created_by,
     }
 
 
@@ -185,121 +153,61 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
 
 def register(principal: Principal, request: RegisterEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
-    entry_id = ids.new_id(ID_PREFIX)
-    tenant, site = request.tenantId, request.siteId
-    pk, sk = entry_key(tenant, site, entry_id)
-    item = {
-        "pk": pk,
-        "sk": sk,
-        "entryId": entry_id,
-        "tenantId": tenant,
-        "siteId": site,
-        "serialNumber": request.serialNumber,
-        "systemUuid": request.systemUuid,
-        "macAddresses": request.macAddresses,
-        "machineFingerprint": request.machineFingerprint,
-        "hostname": request.hostname,
-        "description": request.description,
-        "createdAt": clock.rfc3339(clock.now()),
-        "createdBy": principal.key_id,
-    }
-    claimed = identifiers(item)
-    writes = [store.Write("Put", item=item, condition="attribute_not_exists(pk)")]
-    for kind, value in claimed:
-        index_pk, index_sk = index_key(tenant, site, kind, value)
-        index_item = {
-            "pk": index_pk,
-            "sk": index_sk,
-            "entryId": entry_id,
-            "tenantId": tenant,
-            "siteId": site,
-            "kind": kind,
-            "value": value,
-            "hostname": request.hostname,
-        }
-        writes.append(store.Write("Put", item=index_item, condition="attribute_not_exists(pk)"))
-    _transact(writes, on_condition=lambda canceled: _already_registered(canceled, claimed, site))
-    return view(item)
-
-
-def _already_registered(
-    canceled: store.TransactionCanceled, claimed: list[tuple[str, str]], site_id: str
-) -> JoinplaneError:
-    details = []
-    for (kind, value), reason, current in zip(
-        claimed, canceled.reasons[1:], canceled.current[1:], strict=False
-    ):
-        if reason == "ConditionalCheckFailed":
-            holder = (current or {}).get("entryId")
-            details.append(
-                {"field": FIELD_OF[kind], "reason": f"{value} is already registered (entry {holder})"}
-            )
-    if not details:
-        # Only the new entry's own key can have collided: a ULID clash, which a retry fixes.
-        return Unavailable("could not allocate an entry id, retry")
-    first = details[0]
-    return AlreadyExists(
-        f"{first['field']}: {first['reason']} at site {site_id!r}; nothing was registered", details
+    entry = DiscoveryEntry(
+        entry_id=ids.new_id(ID_PREFIX),
+        tenant_id=request.tenantId,
+        site_id=request.siteId,
+        serial_number=request.serialNumber,
+        system_uuid=request.systemUuid,
+        mac_addresses=request.macAddresses,
+        machine_fingerprint=request.machineFingerprint,
+        hostname=request.hostname,
+        description=request.description,
+        created_at=clock.rfc3339(clock.now()),
+        created_by=principal.key_id,
     )
-
-
-def _transact(
-    writes: list[store.Write], *, on_condition: Callable[[store.TransactionCanceled], JoinplaneError]
-) -> None:
-    for _ in range(_CONFLICT_ATTEMPTS):
-        try:
-            store.transact(writes)
-            return
-        except store.TransactionCanceled as canceled:
-            if "ConditionalCheckFailed" in canceled.reasons:
-                raise on_condition(canceled) from None
-            if "TransactionConflict" not in canceled.reasons:
-                raise
-    raise Unavailable("the site's inventory is busy, retry")
+    try:
+        discovery_db.register(entry)
+    except discovery_db.IdentifiersTaken as taken:
+        details = [
+            {"field": FIELD_OF[t.kind], "reason": f"{t.value} is already registered (entry {t.holder})"}
+            for t in taken.taken
+        ]
+        first = details[0]
+        raise AlreadyExists(
+            f"{first['field']}: {first['reason']} at site {entry.site_id!r}; nothing was registered", details
+        ) from None
+    except discovery_db.EntryIdTaken:
+        # A ULID clash, which a retry fixes.
+        raise Unavailable("could not allocate an entry id, retry") from None
+    return view(entry)
 
 
 def list_entries(principal: Principal, request: ListEntries) -> views.DiscoveryList:
     """Entries oldest first (entry ids are ULIDs). Index items sort after the entries in the same
     partition: a page that reaches one has reached the end."""
     _site(principal, request, READ)
-    pk = partition(request.tenantId, request.siteId)
-    page = (
-        store.query(pk=pk, sk_after=f"ENTRY#{request.cursor}", limit=request.limit, consistent=True)
-        if request.cursor
-        else store.query(pk=pk, sk_prefix="ENTRY#", limit=request.limit, consistent=True)
+    page = discovery_db.list_entries(
+        request.tenantId, request.siteId, after=request.cursor, limit=request.limit
     )
-    entries = [view(item) for item in page.items if item["sk"].startswith("ENTRY#")]
+    entries = [view(entry) for entry in page.entries]
     result: views.DiscoveryList = {"entries": entries}
-    reached_end = len(entries) < len(page.items)
-    if page.last_key is not None and entries and not reached_end:
+    if page.more and entries:
         result["nextCursor"] = entries[-1]["entryId"]
     return result
 
 
 def remove(principal: Principal, request: RemoveEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
-    tenant, site = request.tenantId, request.siteId
-    item = store.get(*entry_key(tenant, site, request.entryId))
-    if item is None:
+    entry = discovery_db.get(request.tenantId, request.siteId, request.entryId)
+    if entry is None:
         raise NotFound("discovery entry not found")
-    writes = [
-        store.Write("Delete", pk=item["pk"], sk=item["sk"], condition="attribute_exists(pk)"),
-        *(
-            store.Write(
-                "Delete",
-                pk=index_pk,
-                sk=index_sk,
-                # An index item that is somehow gone must not make its entry unremovable.
-                condition="attribute_not_exists(pk) OR entryId = :entry",
-                values={":entry": request.entryId},
-            )
-            for index_pk, index_sk in (index_key(tenant, site, k, v) for k, v in identifiers(item))
-        ),
-    ]
-
-    # Cancelled on a condition: a concurrent remove got there first.
-    _transact(writes, on_condition=lambda _: NotFound("discovery entry not found"))
-    return view(item)
+    try:
+        discovery_db.remove(entry)
+    except discovery_db.EntryGone:
+        # A concurrent remove got there first.
+        raise NotFound("discovery entry not found") from None
+    return view(entry)
 
 
 def lookup(
@@ -327,10 +235,7 @@ def lookup(
     ]
     if fingerprint is not None and re.fullmatch(FINGERPRINT, fingerprint) and fingerprint.strip():
         reported.append(("fingerprint", fingerprint))
-    candidates: dict[tuple[str, str], str] = {}
-    for kind, value in reported:
-        if value is not None:
-            candidates.setdefault(index_key(tenant_id, site_id, kind, value), kind)
+    candidates = list(dict.fromkeys((kind, value) for kind, value in reported if value is not None))
     if len(candidates) > MAX_MACS + 3:
         raise InvalidArgument(
             f"too many identifiers to look up: at most {MAX_MACS} MAC addresses",
@@ -341,9 +246,9 @@ def lookup(
 
     matches: dict[str, set[str]] = {}
     hostnames: dict[str, str | None] = {}
-    for key_, index_item in store.batch_get(candidates).items():
-        matches.setdefault(index_item["entryId"], set()).add(candidates[key_])
-        hostnames[index_item["entryId"]] = index_item.get("hostname")
+    for (kind, _), match in discovery_db.lookup(tenant_id, site_id, candidates).items():
+        matches.setdefault(match.entry_id, set()).add(kind)
+        hostnames[match.entry_id] = match.hostname
     if not matches:
         return None
     ranked = sorted(
