@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from joinplane import errors, join_wire
 from joinplane_cli import agent, main, statedir
 from joinplane_cli.exits import Exit
 from joinplane_cli.keys import MachineKey
+from tests.support import serving
 
 MACHINE_ID = "mach_01m8p07pmqayq5j17a974pa5nd"
 MACHINE_TOKEN = "jpm_01m8p07pmqayq5j17a974pa5nd_0123456789abcdefghjkmnpqrstvwxyz"
@@ -80,13 +80,9 @@ def server() -> Iterator[FakeServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{httpd.server_port}"
-    yield fake
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Handler) as url:
+        fake.url = url
+        yield fake
 
 
 # --- certificates as a real pool CA issues them --------------------------------------------------

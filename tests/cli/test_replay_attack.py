@@ -6,12 +6,11 @@ the real machine is never locked out."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from joinplane import clock
 from tests.cli.conftest import Cli
-from tests.support import openssl_csr
+from tests.support import openssl_csr, serving
 
 FORWARDED = ("content-type", "authorization", "joinplane-proof", "user-agent", "accept")
 
@@ -83,14 +82,9 @@ def proxy(cli: Cli) -> Iterator[Proxy]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Forward) as url:
+        state.url = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def with_token(captured: Captured, token: str) -> dict[str, str]:
