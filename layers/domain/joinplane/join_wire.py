@@ -15,10 +15,23 @@ the gRPC code and grpc-gateway's HTTP status for it; `details` carries a google.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, OutOfTime
 from joinplane.http import json_response
@@ -27,6 +40,7 @@ MAX_BODY_BYTES = 64 * 1024
 MAX_STRING = 256
 MAX_PEM = 16 * 1024
 MAX_ITEMS = 64
+M = TypeVar("M", bound="_Message")
 
 # Our error codes → (gRPC code, HTTP status as grpc-gateway maps that code).
 GRPC = {
@@ -75,121 +89,181 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
 
 
 # --- reading proto3 JSON -------------------------------------------------------------------------
+#
+# Pydantic models, like the operator API's; protojson's scalar rules are field types (`Text`,
+# `Int64`, ...) whose validators take the raw JSON value, so nothing is coerced that protojson would
+# refuse. What pydantic has no setting for is one `before` validator every message shares: a
+# field by either of its names but not both, `null` as absent, unknown fields refused by path.
+# Models build their validators on first use (`defer_build`): the import is the cold start.
 
 
 def _snake(name: str) -> str:
     return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
-def _int(value: Any, name: str, *, unsigned: bool, bits: int = 64) -> int:
-    if isinstance(value, bool):
-        raise InvalidArgument(f"invalid value for {name}: expected an integer, got a boolean")
-    if isinstance(value, int):
-        number = value
-    elif (isinstance(value, float) and value.is_integer()) or (
-        isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,20}", value)
-    ):
-        number = int(value)
-    else:
-        raise InvalidArgument(f"invalid value for {name}: {json.dumps(value)[:40]} is not an integer")
+def _integer(*, unsigned: bool, bits: int = 64) -> Callable[[Any], int]:
+    """int64/uint64: a JSON number with no fraction, or a decimal string (proto3 JSON allows both)."""
     low, high = (0, 2**bits - 1) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    if not low <= number <= high:
-        raise InvalidArgument(f"invalid value for {name}: {number} is out of range")
-    return number
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool):
+            raise PydanticCustomError("proto", "expected an integer, got a boolean")
+        if isinstance(value, int):
+            number = value
+        elif (isinstance(value, float) and value.is_integer()) or (
+            isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,20}", value)
+        ):
+            number = int(value)
+        else:
+            raise PydanticCustomError("proto", "{value} is not an integer", {"value": json.dumps(value)[:40]})
+        if not low <= number <= high:
+            raise PydanticCustomError("proto", "{number} is out of range", {"number": number})
+        return number
+
+    return check
 
 
-def _string(value: Any, name: str, limit: int = MAX_STRING) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgument(f"invalid value for {name}: expected a string")
-    if len(value) > limit:
-        raise InvalidArgument(f"invalid value for {name}: longer than {limit} characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (`"\ud800"`) is valid JSON but no string DynamoDB or a certificate holds.
-        raise InvalidArgument(f"invalid value for {name}: not valid Unicode text") from None
-    return value
+def _text(limit: int) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise PydanticCustomError("proto", "expected a string")
+        if len(value) > limit:
+            raise PydanticCustomError("proto", "longer than {limit} characters", {"limit": limit})
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (`"\ud800"`) is valid JSON but no string DynamoDB or a certificate holds.
+            raise PydanticCustomError("proto", "not valid Unicode text") from None
+        return value
+
+    return check
 
 
-def _bool(value: Any, name: str) -> bool:
+def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InvalidArgument(f"invalid value for {name}: expected true or false")
+        raise PydanticCustomError("proto", "expected true or false")
     return value
 
 
-def _list(value: Any, name: str) -> list[Any]:
+def _array(value: Any) -> Any:
     if not isinstance(value, list):
-        raise InvalidArgument(f"invalid value for {name}: expected an array")
+        raise PydanticCustomError("proto", "expected an array")
     if len(value) > MAX_ITEMS:
-        raise InvalidArgument(f"invalid value for {name}: more than {MAX_ITEMS} items")
+        raise PydanticCustomError("proto", "more than {limit} items", {"limit": MAX_ITEMS})
     return value
 
 
-def _fields(obj: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
-    """An object's fields by JSON name, accepting proto names too; nulls dropped."""
-    if not isinstance(obj, dict):
-        raise InvalidArgument(f"invalid value for {where or 'body'}: expected a JSON object")
-    by_proto = {_snake(name): name for name in known}
-    fields: dict[str, Any] = {}
-    for key, value in obj.items():
-        name = key if key in known else by_proto.get(key)
-        if name is None:
-            raise InvalidArgument(f"unknown field {where + '.' if where else ''}{key}")
-        if name in fields:
-            raise InvalidArgument(f"duplicate field {where + '.' if where else ''}{name}")
-        if value is not None:
+Text = Annotated[str, PlainValidator(_text(MAX_STRING))]
+LongText = Annotated[str, PlainValidator(_text(1024))]
+Pem = Annotated[str, PlainValidator(_text(MAX_PEM))]
+Int64 = Annotated[int, PlainValidator(_integer(unsigned=False))]
+UInt64 = Annotated[int, PlainValidator(_integer(unsigned=True))]
+Flag = Annotated[bool, PlainValidator(_flag)]
+Texts = Annotated[tuple[Text, ...], BeforeValidator(_array)]
+
+
+# Errors about a field's name rather than its value: reported as "<what> <path of the field>".
+_FIELD_ERRORS = {"unknown_field": "unknown field", "duplicate_field": "duplicate field"}
+
+
+class _Message(BaseModel):
+    """A proto3 message read from JSON: fields by JSON name (`cpuCount`) or proto name (`cpu_count`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_json_name(cls, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise PydanticCustomError("proto", "expected a JSON object")
+        known = cls.model_fields
+        fields: dict[str, Any] = {}
+        for key, value in data.items():
+            name = key if key in known else _proto_names(cls).get(key)
+            if name is None:
+                raise PydanticCustomError("unknown_field", _FIELD_ERRORS["unknown_field"], {"name": key})
+            if name in fields:
+                raise PydanticCustomError("duplicate_field", _FIELD_ERRORS["duplicate_field"], {"name": name})
             fields[name] = value
-    return fields
+        return {name: value for name, value in fields.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class PreflightCheck:
-    name: str = ""
-    ok: bool = False
-    message: str = ""
-    severity: str = ""
+@functools.cache
+def _proto_names(message: type[_Message]) -> dict[str, str]:
+    return {_snake(name): name for name in message.model_fields}
 
 
-@dataclass(frozen=True)
-class Hardware:
-    serialNumber: str = ""
-    systemUuid: str = ""
-    macAddresses: tuple[str, ...] = ()
+def _path(location: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
 
 
-@dataclass(frozen=True)
-class Tpm:
-    ekPublicKeySha256: str = ""
-    ekCertificatePem: str = ""
+def _decode(message: type[M], data: Any) -> M:
+    """Validate, reporting the first failure in protojson's words (a field path, what is wrong)."""
+    try:
+        return message.model_validate(data)
+    except ValidationError as invalid:
+        first = invalid.errors(include_url=False, include_input=False)[0]
+        where = _path(first["loc"])
+        if first["type"] in _FIELD_ERRORS:
+            field_path = _path((*first["loc"], first["ctx"]["name"]))
+            raise InvalidArgument(f"{_FIELD_ERRORS[first['type']]} {field_path}") from None
+        raise InvalidArgument(f"invalid value for {where or 'body'}: {first['msg']}") from None
 
 
-@dataclass(frozen=True)
-class JoinMachineRequest:
+class PreflightCheck(_Message):
+    name: Text = ""
+    ok: Flag = False
+    message: LongText = ""
+    severity: Text = ""
+
+
+class Hardware(_Message):
+    serialNumber: Text = ""
+    systemUuid: Text = ""
+    macAddresses: Texts = ()
+
+
+class Tpm(_Message):
+    ekPublicKeySha256: Text = ""
+    ekCertificatePem: Pem = ""
+
+    @field_validator("ekPublicKeySha256")
+    @classmethod
+    def _hex_digest(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[0-9a-f]{64}", value.lower()):
+            raise PydanticCustomError("proto", "expected 64 hex characters")
+        return value.lower()
+
+
+class JoinMachineRequest(_Message):
     """`controlplaneJoinMachineRequest` plus Joinplane's additive fields (csr, hardware, tpm, dryRun)."""
 
-    joinToken: str = ""
-    machineFingerprint: str = ""
-    hostname: str = ""
-    os: str = ""
-    arch: str = ""
-    cpuCount: int = 0
-    memoryMb: int = 0
-    gpu: tuple[str, ...] = ()
-    gpuCount: int = 0
-    preflight: tuple[PreflightCheck, ...] = ()
+    joinToken: Text = ""
+    machineFingerprint: Text = ""
+    hostname: Text = ""
+    os: Text = ""
+    arch: Text = ""
+    cpuCount: Int64 = 0
+    memoryMb: UInt64 = 0
+    gpu: Texts = ()
+    gpuCount: Int64 = 0
+    preflight: Annotated[tuple[PreflightCheck, ...], BeforeValidator(_array)] = ()
     # proto3 cannot tell an absent bool from false; absent here means schedulable.
-    schedulable: bool = True
-    executor: str = ""
-    cpuMillicores: int = 0
-    gpuIds: tuple[str, ...] = ()
-    networkSlotPoolSize: int = 0
-    containerStartConcurrency: int = 0
-    workerImage: str = ""
-    capabilities: tuple[str, ...] = ()
-    csr: str = ""
-    hardware: Hardware = field(default_factory=Hardware)
-    tpm: Tpm = field(default_factory=Tpm)
-    dryRun: bool = False
+    schedulable: Flag = True
+    executor: Text = ""
+    cpuMillicores: Int64 = 0
+    gpuIds: Texts = ()
+    networkSlotPoolSize: Int64 = 0
+    containerStartConcurrency: Int64 = 0
+    workerImage: Text = ""
+    capabilities: Texts = ()
+    csr: Pem = ""
+    hardware: Hardware = Field(default_factory=Hardware)
+    tpm: Tpm = Field(default_factory=Tpm)
+    dryRun: Flag = False
 
     def facts(self) -> dict[str, Any]:
         """What the machine said about itself, as stored on its request and machine records."""
@@ -216,25 +290,13 @@ class JoinMachineRequest:
                 "macAddresses": list(self.hardware.macAddresses),
             },
             "tpm": {"ekPublicKeySha256": self.tpm.ekPublicKeySha256} if self.tpm.ekPublicKeySha256 else {},
-            "preflight": [vars(check) for check in self.preflight],
+            "preflight": [check.model_dump() for check in self.preflight],
         }
 
 
-_STRINGS = ("joinToken", "machineFingerprint", "hostname", "os", "arch", "executor", "workerImage")
-_STRING_LISTS = ("gpu", "gpuIds", "capabilities")
-_INT64 = ("cpuCount", "gpuCount", "cpuMillicores", "networkSlotPoolSize", "containerStartConcurrency")
-_KNOWN = (
-    *_STRINGS,
-    *_STRING_LISTS,
-    *_INT64,
-    "memoryMb",
-    "preflight",
-    "schedulable",
-    "csr",
-    "hardware",
-    "tpm",
-    "dryRun",
-)
+class RenewMachineRequest(_Message):
+    machineToken: Text = ""
+    csr: Pem = ""
 
 
 def parse_json(body: bytes) -> Any:
@@ -246,68 +308,15 @@ def parse_json(body: bytes) -> Any:
 
 
 def decode_join(body: bytes) -> JoinMachineRequest:
-    raw = _fields(parse_json(body), "", _KNOWN)
-    values: dict[str, Any] = {}
-    for name in _STRINGS:
-        if name in raw:
-            values[name] = _string(raw[name], name)
-    for name in _STRING_LISTS:
-        if name in raw:
-            values[name] = tuple(_string(v, name) for v in _list(raw[name], name))
-    for name in _INT64:
-        if name in raw:
-            values[name] = _int(raw[name], name, unsigned=False)
-    if "memoryMb" in raw:
-        values["memoryMb"] = _int(raw["memoryMb"], "memoryMb", unsigned=True)
-    for name in ("schedulable", "dryRun"):
-        if name in raw:
-            values[name] = _bool(raw[name], name)
-    if "csr" in raw:
-        values["csr"] = _string(raw["csr"], "csr", MAX_PEM)
-    if "preflight" in raw:
-        checks = []
-        for index, check in enumerate(_list(raw["preflight"], "preflight")):
-            where = f"preflight[{index}]"
-            item = _fields(check, where, ("name", "ok", "message", "severity"))
-            checks.append(
-                PreflightCheck(
-                    name=_string(item.get("name", ""), f"{where}.name"),
-                    ok=_bool(item.get("ok", False), f"{where}.ok"),
-                    message=_string(item.get("message", ""), f"{where}.message", 1024),
-                    severity=_string(item.get("severity", ""), f"{where}.severity"),
-                )
-            )
-        values["preflight"] = tuple(checks)
-    if "hardware" in raw:
-        item = _fields(raw["hardware"], "hardware", ("serialNumber", "systemUuid", "macAddresses"))
-        values["hardware"] = Hardware(
-            serialNumber=_string(item.get("serialNumber", ""), "hardware.serialNumber"),
-            systemUuid=_string(item.get("systemUuid", ""), "hardware.systemUuid"),
-            macAddresses=tuple(
-                _string(v, "hardware.macAddresses")
-                for v in _list(item.get("macAddresses", []), "hardware.macAddresses")
-            ),
-        )
-    if "tpm" in raw:
-        item = _fields(raw["tpm"], "tpm", ("ekPublicKeySha256", "ekCertificatePem"))
-        ek_hash = _string(item.get("ekPublicKeySha256", ""), "tpm.ekPublicKeySha256").lower()
-        if ek_hash and not re.fullmatch(r"[0-9a-f]{64}", ek_hash):
-            raise InvalidArgument("invalid value for tpm.ekPublicKeySha256: expected 64 hex characters")
-        values["tpm"] = Tpm(
-            ekPublicKeySha256=ek_hash,
-            ekCertificatePem=_string(item.get("ekCertificatePem", ""), "tpm.ekCertificatePem", MAX_PEM),
-        )
-    return JoinMachineRequest(**values)
+    return _decode(JoinMachineRequest, parse_json(body))
 
 
 def decode_renew(body: bytes) -> tuple[str, str]:
     """`{machineToken, csr}` → (token, csr)."""
-    raw = _fields(parse_json(body), "", ("machineToken", "csr"))
-    token = _string(raw.get("machineToken", ""), "machineToken")
-    csr = _string(raw.get("csr", ""), "csr", MAX_PEM)
-    if not csr:
+    request = _decode(RenewMachineRequest, parse_json(body))
+    if not request.csr:
         raise InvalidArgument("csr is required")
-    return token, csr
+    return request.machineToken, request.csr
 
 
 # --- writing grpc-gateway JSON -------------------------------------------------------------------
