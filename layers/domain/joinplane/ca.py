@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
 
-from joinplane import aws, clock, spiffe
+from joinplane import aws, clock, container, spiffe
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from joinplane.settings import settings
 
@@ -84,8 +84,10 @@ class _PoolCa:
 _cache: dict[tuple[str, str], _PoolCa] = {}
 
 
+@container.on_reset
 def reset() -> None:
-    """Forget every cached pool CA (tests and the local runtime, when the emulated AWS is reset)."""
+    """Forget every cached pool CA. `container.reset()` calls it with every other cache; tests of
+    the CA call it alone to make a cold container without dropping the AWS clients they observe."""
     _cache.clear()
 
 
