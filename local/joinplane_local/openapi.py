@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from joinplane import grants, hardware, join_requests, join_wire, machines, operator_api, proof, views
+from joinplane import errors, grants, hardware, join_requests, join_wire, machines, operator_api, proof, views
 from joinplane.clusters import sylve_wire
 from joinplane.routes import ROUTES, Route
 
@@ -259,10 +259,16 @@ ERROR: Schema = {
     "properties": {
         "error": {
             "type": "object",
-            "required": ["code", "message", "details"],
+            "required": ["code", "reason", "message", "details"],
             "additionalProperties": False,
             "properties": {
                 "code": {"type": "string", "enum": OPERATOR_CODES},
+                "reason": {
+                    "type": "string",
+                    "enum": sorted(errors.CATALOGUE),
+                    "description": "Which refusal this is, stable across releases (docs/join.md, "
+                    '"Refusal reasons"); switch on it, not on `message`.',
+                },
                 "message": {"type": "string"},
                 "details": {
                     "type": "array",
@@ -751,7 +757,13 @@ def _join_schemas() -> dict[str, Schema]:
                     "enum": sorted({c for c, _ in join_wire.GRPC.values()}),
                 },
                 "message": string,
-                "details": {"type": "array", "items": {"$ref": "#/components/schemas/protobufAny"}},
+                "details": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/protobufAny"},
+                    "description": "A `google.rpc.ErrorInfo` (`reason`, `domain: joinplane`, `metadata`) "
+                    'naming the refusal (docs/join.md, "Refusal reasons"); a `google.rpc.RetryInfo` too '
+                    "on a 503 that says when to retry.",
+                },
             },
             "grpc-gateway's error body; the HTTP status is grpc-gateway's mapping of `code`.",
             required=["code", "message", "details"],
