@@ -31,6 +31,13 @@ Every failure is 400 `invalid_request_payload`. Type and validation failures car
 in `error` (the first type error, as Go reports it; all validation failures, one per line); an
 empty body is Go's `EOF`; other malformed JSON is described in Python's words.
 
+Why a hand decoder here when the operator and join dialects use pydantic: none of the rules above
+is a pydantic setting. Matching names by Go's case folding, decoding a repeated key over the
+earlier value, `null` leaving a field as it was, judging `guestId` by its literal (`1.0` is not a
+uint64 to Go), and reporting Go's own first-type-error text after decoding the rest all need the
+JSON tokens in order, which pydantic never sees; wrapping them in a model would only move this
+decoder into a `before` validator. A Sylve node switches on these answers, so the decoder is Go's.
+
 Where Joinplane is stricter than Go, on purpose: the body must be exactly one JSON value (Go's
 decoder ignores whatever follows the first), and a trimmed `nodeId` or `nodeVersion` longer than
 128 bytes is refused (they become a key part and a stored attribute; Sylve's own inventory caps
