@@ -31,10 +31,15 @@ def test_another_pools_token_cannot_consume_or_see_a_request(
     deferred = join({"joinToken": make_token(requireApproval=True)["token"], "csr": machine.csr})
     request_id = deferred.body["joinRequest"]["requestId"]
     peek = join({"joinToken": other_pool, "csr": machine.csr})
-    assert (peek.status, peek.body["code"]) == (400, 9) and request_id not in peek.body["message"]
+    assert (peek.status, peek.body["code"], peek.reason, peek.metadata) == (
+        400,
+        9,
+        "WRONG_POOL",
+        {},
+    ) and request_id not in peek.body["message"]
     approve(admin_key, request_id)
     consume = join({"joinToken": other_pool, "csr": machine.csr})
-    assert (consume.status, consume.body["code"]) == (400, 9)
+    assert (consume.status, consume.body["code"], consume.reason) == (400, 9, "WRONG_POOL")
     assert store.get(*join_requests.request_key(request_id))["state"] == "approved"
 
 
@@ -50,12 +55,20 @@ def test_a_dry_run_never_says_more_than_the_join(make_token, admin_key, other_po
     # Another pool's token: the dry run is refused exactly as the join is
     dry = join({"joinToken": other_pool, "machineFingerprint": "fp-x", "dryRun": True})
     real = join({"joinToken": other_pool, "machineFingerprint": "fp-x"})
-    assert (dry.status, dry.body["code"]) == (real.status, real.body["code"]) == (400, 9)
+    assert (
+        (dry.status, dry.body["code"], dry.reason)
+        == (real.status, real.body["code"], real.reason)
+        == (
+            400,
+            9,
+            "WRONG_POOL",
+        )
+    )
     # A used-up token never learns whether a fingerprint it did not admit is known
     other = make_token(maxUses=1)
     assert join({"joinToken": other["token"], "machineFingerprint": "fp-y"}).status == 200
     probe = join({"joinToken": other["token"], "machineFingerprint": "fp-x", "dryRun": True})
-    assert (probe.status, probe.body["code"]) == (401, 16)
+    assert (probe.status, probe.body["code"], probe.reason) == (401, 16, "JOIN_TOKEN_INVALID")
 
 
 def test_a_rejection_does_not_carry_the_approvals_reason(make_token, machine_factory, admin_key) -> None:
@@ -120,10 +133,13 @@ def test_a_key_retired_by_renewal_stays_banned(make_token, machine_factory, admi
     )
     assert renewed.status == 200, renewed.body
     retired = join({"joinToken": token["token"], "csr": old_key.csr}, signed_by=old_key.key)
-    assert (retired.status, retired.body["code"]) == (403, 7)
+    assert (retired.status, retired.body["code"], retired.reason) == (403, 7, "KEY_RETIRED")
     call("/api/compute/machines/revoke", {"tenantId": "acme", "machineId": admitted["machineId"]}, admin_key)
-    assert join({"joinToken": token["token"], "csr": old_key.csr}, signed_by=old_key.key).status == 403
-    assert join({"joinToken": token["token"], "csr": new_key.csr}, signed_by=new_key.key).status == 403
+    assert (
+        join({"joinToken": token["token"], "csr": old_key.csr}, signed_by=old_key.key).reason == "KEY_RETIRED"
+    )
+    revoked = join({"joinToken": token["token"], "csr": new_key.csr}, signed_by=new_key.key)
+    assert (revoked.status, revoked.reason) == (403, "MACHINE_REVOKED")
 
 
 def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(
@@ -194,7 +210,7 @@ def test_odd_json_is_invalid_argument_and_writes_nothing(case: str, make_token, 
     body = ODD[case](token["token"], machine_factory().csr)
     before = all_items()
     reply = join(None, raw=body)
-    assert (reply.status, reply.body["code"]) == (400, 3), reply.body
+    assert (reply.status, reply.body["code"], reply.reason) == (400, 3, "VALIDATION_FAILED"), reply.body
     assert all_items() == before
 
 
@@ -208,7 +224,9 @@ def test_another_pools_token_is_not_told_where_the_key_belongs(
     # When the holder of another pool's token presents either key
     replies = [join({"joinToken": other_pool, "csr": m.csr}) for m in (joined, waiting)]
     # Then both get the same code 9 and the same words, which name neither a machine nor a request
-    assert [(r.status, r.body["code"]) for r in replies] == [(400, 9), (400, 9)]
+    assert [(r.status, r.body["code"], r.reason, r.metadata) for r in replies] == [
+        (400, 9, "WRONG_POOL", {})
+    ] * 2
     assert replies[0].body["message"] == replies[1].body["message"]
     assert not {"machine", "request", "mach_", "jreq_"} & set(
         replies[0].body["message"].replace(",", " ").split()
@@ -221,7 +239,11 @@ def test_a_body_token_and_a_bearer_token_that_differ_are_refused(make_token, mac
     # When a join names one in the body and the other in the Authorization header
     reply = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=second["token"])
     # Then it is a clear 400, and neither token lost a use
-    assert (reply.status, reply.body["code"]) == (400, 3) and "differ" in reply.body["message"]
+    assert (reply.status, reply.body["code"], reply.reason) == (
+        400,
+        3,
+        "VALIDATION_FAILED",
+    ) and "differ" in reply.body["message"]
     for token in (first, second):
         item = store.get(*tokens.token_key(token["tokenId"]))
         assert item is not None and item["usesRemaining"] == 1

@@ -72,7 +72,11 @@ def test_concurrent_retries_of_one_approval_admit_exactly_one(make_token, machin
     # Then exactly one is admitted; the others are told a concurrent join won (ABORTED, retryable)
     admitted = [r for r in replies if r.status == 200]
     assert len(admitted) == 1, [(r.status, r.body.get("message")) for r in replies]
-    assert all((r.status, r.body["code"]) == (409, 10) for r in replies if r.status != 200)
+    assert all(
+        (r.status, r.body["code"], r.reason) == (409, 10, "CONCURRENT_CHANGE")
+        for r in replies
+        if r.status != 200
+    )
     request = store.get(*request_key(request_id))
     assert request is not None and request["machineId"] == admitted[0].body["machineId"]
     machines = store.query(pk="MACHINES#acme#gpu", index="gsi1").items

@@ -79,7 +79,11 @@ def test_decided_states_are_invalid_state_exactly_as_the_seed_says(
         {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
         admin_key,
     )
-    assert (approve.status, approve.code) == (409, "INVALID_STATE")
+    assert (approve.status, approve.code, approve.reason) == (
+        409,
+        "INVALID_STATE",
+        "JOIN_REQUEST_NOT_PENDING",
+    )
 
 
 def test_isolation_between_pools_and_tenants(make_token, machine_factory, admin_key) -> None:
