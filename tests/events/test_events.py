@@ -9,7 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from joinplane import aws, events, store
+from joinplane import aws, events
+from joinplane.dal import dynamo
 from tests.support import ROOT
 
 SCHEMAS = {
@@ -48,12 +49,12 @@ MACHINE = {
 def record(old: dict[str, Any] | None, new: dict[str, Any] | None, sequence: str = "1") -> dict[str, Any]:
     change: dict[str, Any] = {
         "SequenceNumber": sequence,
-        "Keys": store.serialize({"pk": (new or old)["pk"], "sk": (new or old)["sk"]}),
+        "Keys": dynamo.serialize({"pk": (new or old)["pk"], "sk": (new or old)["sk"]}),
     }
     if new is not None:
-        change["NewImage"] = store.serialize(new)
+        change["NewImage"] = dynamo.serialize(new)
     if old is not None:
-        change["OldImage"] = store.serialize(old)
+        change["OldImage"] = dynamo.serialize(old)
     return {"eventName": "MODIFY" if old and new else ("INSERT" if new else "REMOVE"), "dynamodb": change}
 
 

@@ -14,11 +14,14 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from joinplane import aws, store
+from joinplane import aws
+from joinplane.dal import stream
+from joinplane.dal.clusters import ClusterNode
+from joinplane.dal.stream import Image, MachineImage, RequestImage
 from joinplane.settings import settings
 
 SOURCE = "joinplane"
@@ -41,126 +44,110 @@ def event_id(*parts: str) -> str:
     return "evt_" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def _common(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {"tenantId": item.get("tenantId"), "siteId": item.get("siteId"), "poolId": item.get("poolId")}
+def _common(image: Image) -> dict[str, Any]:
+    return {"tenantId": image.tenant_id, "siteId": image.site_id, "poolId": image.pool_id}
 
 
-def _request_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Event | None:
-    state = new.get("state")
-    if old is not None and old.get("state") == state:
+def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
+    state = new.state
+    if old is not None and old.state == state:
         return None  # not a transition (e.g. a retry touched nothing of note)
     name = "created" if state == "pending" else str(state)
     detail_type = f"security.join-request.{name}"
     detail: dict[str, Any] = {
-        "eventId": event_id(detail_type, str(new["requestId"]), str(state)),
-        "occurredAt": {
-            "pending": new.get("createdAt"),
-            "consumed": new.get("consumedAt"),
-        }.get(str(state))
-        or new.get("decidedAt")
-        or new.get("expiredAt")
-        or new.get("createdAt"),
+        "eventId": event_id(detail_type, new.request_id, str(state)),
+        "occurredAt": {"pending": new.created_at, "consumed": new.consumed_at}.get(str(state))
+        or new.decided_at
+        or new.expired_at
+        or new.created_at,
         **_common(new),
-        "requestId": new["requestId"],
+        "requestId": new.request_id,
         "state": state,
-        "decidedBy": new.get("decidedBy"),
+        "decidedBy": new.decided_by,
     }
     if state == "pending":
-        detail["expiresAt"] = new.get("expiresAt")
-        detail["reasons"] = new.get("reasons", [])
+        detail["expiresAt"] = new.expires_at
+        detail["reasons"] = new.reasons
     if state == "approved":
-        detail["expiresAt"] = new.get("expiresAt")
-    if state in ("approved", "rejected") and new.get("reason"):
-        detail["reason"] = new["reason"]
+        detail["expiresAt"] = new.expires_at
+    if state in ("approved", "rejected") and new.reason:
+        detail["reason"] = new.reason
     if state == "consumed":
-        detail["machineId"] = new.get("machineId")
+        detail["machineId"] = new.machine_id
     if state == "expired":
         detail["decidedBy"] = "retention"
-        detail["occurredAt"] = new.get("expiredAt")
+        detail["occurredAt"] = new.expired_at
     return Event(detail_type, detail)
 
 
-def _machine_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Event | None:
-    base = {**_common(new), "machineId": new["machineId"], "state": new.get("state")}
-    if new.get("state") == "revoked" and (old is None or old.get("state") != "revoked"):
+def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
+    base = {**_common(new), "machineId": new.machine_id, "state": new.state}
+    if new.state == "revoked" and (old is None or old.state != "revoked"):
         detail_type = "security.machine.revoked"
         return Event(
             detail_type,
             {
-                "eventId": event_id(detail_type, str(new["machineId"])),
-                "occurredAt": new.get("revokedAt"),
+                "eventId": event_id(detail_type, new.machine_id),
+                "occurredAt": new.revoked_at,
                 **base,
-                "decidedBy": new.get("revokedBy"),
-                "reason": new.get("revokeReason") or None,
+                "decidedBy": new.revoked_by,
+                "reason": new.revoke_reason or None,
             },
         )
-    generation = new.get("tokenGeneration")
-    if new.get("state") == "active" and (old is None or old.get("tokenGeneration") != generation):
+    generation = new.token_generation
+    if new.state == "active" and (old is None or old.token_generation != generation):
         detail_type = "security.machine.joined"
         return Event(
             detail_type,
             {
-                "eventId": event_id(detail_type, str(new["machineId"]), str(generation)),
-                "occurredAt": new.get("rejoinedAt") if old is not None else new.get("joinedAt"),
+                "eventId": event_id(detail_type, new.machine_id, str(generation)),
+                "occurredAt": new.rejoined_at if old is not None else new.joined_at,
                 **base,
-                "requestId": new.get("requestId"),
-                "tokenId": new.get("tokenId"),
+                "requestId": new.request_id,
+                "tokenId": new.token_id,
                 "rejoin": old is not None,
-                "decidedBy": "attestors" if not new.get("requestId") else "operator",
+                "decidedBy": "attestors" if not new.request_id else "operator",
             },
         )
     return None
 
 
-def _cluster_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Event | None:
+def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
     if old is not None:
         return None
     detail_type = "security.cluster.node-joined"
     return Event(
         detail_type,
         {
-            "eventId": event_id(
-                detail_type,
-                str(new.get("tenantId")),
-                str(new.get("poolId")),
-                str(new.get("nodeId")),
-                str(new.get("digest")),
-            ),
-            "occurredAt": new.get("joinedAt"),
+            "eventId": event_id(detail_type, new.tenant_id, new.pool_id, new.node_id, new.digest),
+            "occurredAt": new.joined_at,
             **_common(new),
-            "nodeId": new.get("nodeId"),
+            "nodeId": new.node_id,
             "state": "member",
-            "nodeIp": new.get("nodeIp"),
-            "nodeVersion": new.get("nodeVersion"),
-            "digest": new.get("digest"),
-            "guestCount": new.get("guestCount"),
+            "nodeIp": new.node_ip,
+            "nodeVersion": new.node_version,
+            "digest": new.digest,
+            "guestCount": new.guest_count,
             "decidedBy": "cluster-key",
         },
     )
 
 
-_BY_PREFIX: dict[str, Callable[[Mapping[str, Any] | None, Mapping[str, Any]], Event | None]] = {
-    "JREQ#": _request_event,
-    "MACHINE#": _machine_event,
-    "CLUSTERNODE#": _cluster_event,
-}
-
-
 def from_stream_record(record: Mapping[str, Any]) -> Event | None:
     """The event a stream record carries, if it is a security transition."""
-    change = record.get("dynamodb", {})
-    new_raw = change.get("NewImage")
-    if not new_raw:
-        return None  # a deletion (TTL or cleanup) is not a security decision
-    new = store.deserialize(new_raw)
-    old = store.deserialize(change["OldImage"]) if change.get("OldImage") else None
-    for prefix, derive in _BY_PREFIX.items():
-        if str(new.get("pk", "")).startswith(prefix):
-            event = derive(old, new)
-            if event is None:
-                return None
-            return Event(event.detail_type, event.detail, str(change.get("SequenceNumber", "")))
-    return None
+    change = stream.change_of(record)
+    if change is None:
+        return None
+    old, new = change.old, change.new
+    if isinstance(new, RequestImage):
+        event = _request_event(old if isinstance(old, RequestImage) else None, new)
+    elif isinstance(new, MachineImage):
+        event = _machine_event(old if isinstance(old, MachineImage) else None, new)
+    else:
+        event = _cluster_event(old if isinstance(old, ClusterNode) else None, new)
+    if event is None:
+        return None
+    return Event(event.detail_type, event.detail, change.sequence)
 
 
 class PublishFailed(Exception):
