@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from joinplane import aws, store
+from joinplane import aws
+from joinplane.dal import dynamo
 from joinplane.settings import settings
 
 
@@ -21,7 +22,7 @@ def stream_records() -> list[dict]:
 
 def test_a_cancelled_transaction_streams_nothing_and_later_writes_still_stream(table: str) -> None:
     # Given an item, and a stream iterator opened before anything else happens
-    store.put({"pk": "A", "sk": "1", "n": 1})
+    dynamo.put({"pk": "A", "sk": "1", "n": 1})
     table_info = aws.client("dynamodb").describe_table(TableName=table)["Table"]
     streams = aws.client("dynamodbstreams")
     shard = streams.describe_stream(StreamArn=table_info["LatestStreamArn"])["StreamDescription"]["Shards"][0]
@@ -29,18 +30,18 @@ def test_a_cancelled_transaction_streams_nothing_and_later_writes_still_stream(t
         StreamArn=table_info["LatestStreamArn"], ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
     # When a transaction writes one item and then fails a condition on another
-    with pytest.raises(store.TransactionCanceled):
-        store.transact(
+    with pytest.raises(dynamo.TransactionCanceled):
+        dynamo.transact(
             [
-                store.Write("Put", item={"pk": "B", "sk": "1"}),
-                store.Write("Put", item={"pk": "A", "sk": "1"}, condition="attribute_not_exists(pk)"),
+                dynamo.Write("Put", item={"pk": "B", "sk": "1"}),
+                dynamo.Write("Put", item={"pk": "A", "sk": "1"}, condition="attribute_not_exists(pk)"),
             ]
         )
     # Then nothing was written and nothing streamed
-    assert store.get("B", "1") is None
+    assert dynamo.get("B", "1") is None
     assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in stream_records()] == ["A"]
     # And a later write reaches the iterator opened before the cancelled transaction
-    store.put({"pk": "C", "sk": "1"})
+    dynamo.put({"pk": "C", "sk": "1"})
     seen = []
     for _ in range(3):
         answer = streams.get_records(ShardIterator=iterator, Limit=100)
