@@ -152,8 +152,21 @@ def stream_batch(count: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_fake_publisher_reports_the_first_failed_record_onward() -> None:
-    fake = events.FakePublisher()
+class RecordingPublisher:
+    """A publisher that records what was published and can be told to fail."""
+
+    def __init__(self) -> None:
+        self.published: list[events.Event] = []
+        self.failing = False
+
+    def publish(self, batch: list[events.Event]) -> None:
+        if self.failing:
+            raise events.PublishFailed(list(batch))
+        self.published += batch
+
+
+def test_a_failed_publish_reports_the_first_failed_record_onward() -> None:
+    fake = RecordingPublisher()
     assert events.publish_stream_batch(stream_batch(3), fake) == []
     assert len(fake.published) == 3
     fake.failing = True

@@ -198,19 +198,6 @@ class EventBridgePublisher:
             raise PublishFailed(failed)
 
 
-class FakePublisher:
-    """For unit tests: records what was published; can be told to fail."""
-
-    def __init__(self) -> None:
-        self.published: list[Event] = []
-        self.failing = False
-
-    def publish(self, events: list[Event]) -> None:
-        if self.failing:
-            raise PublishFailed(list(events))
-        self.published += events
-
-
 def publish_stream_batch(records: Iterable[Mapping[str, Any]], publisher: Publisher) -> list[str]:
     """Publish a stream batch's events; the sequence numbers to report as failed (the first failed
     record and every record after it, so order is kept when the stream redelivers)."""
