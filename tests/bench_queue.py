@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 from joinplane import aws, clock, ids, join_requests, pools, store
+from joinplane.dal.requests import list_partition
 from joinplane.grants import Grant, Principal
 from joinplane.settings import settings
 from joinplane_local import emulator
@@ -42,7 +43,7 @@ def request_item(pool_id: str, state: str, site: str = "site-1") -> dict[str, An
         "createdAt": clock.rfc3339(clock.now()),
         "expiresAt": clock.rfc3339(expires),
         "expiresAtEpoch": expires,
-        "gsi1pk": join_requests.list_partition("acme", site, pool_id, state),
+        "gsi1pk": list_partition("acme", site, pool_id, state),
         "gsi1sk": request_id,
     }
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from joinplane import store, tokens
-from tests.conftest import all_items
+from joinplane import store
+from joinplane.dal.tokens import token_key
 from tests.support import join
+from tests.support.table import all_items
 
 
 def uses_left(token: dict) -> int:
-    item = store.get(*tokens.token_key(token["tokenId"]))
+    item = store.get(*token_key(token["tokenId"]))
     assert item is not None
     return int(item["usesRemaining"])
 

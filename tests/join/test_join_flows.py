@@ -6,15 +6,16 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from joinplane import clock, keyauth, store, tokens
+from joinplane import clock, keyauth, store
+from joinplane.dal.tokens import token_key
 from joinplane.join_requests import ApproveJoinRequest, DecideJoinRequest, approve, reject
-from tests.conftest import all_items
 from tests.join.conftest import openssl_verify
 from tests.support import call, join
+from tests.support.table import all_items
 
 
 def uses_left(token: dict) -> int:
-    item = store.get(*tokens.token_key(token["tokenId"]))
+    item = store.get(*token_key(token["tokenId"]))
     assert item is not None
     return int(item["usesRemaining"])
 

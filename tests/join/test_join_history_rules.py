@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import events, join_requests, store, tokens
+from joinplane import events, store
+from joinplane.dal.requests import request_key
+from joinplane.dal.tokens import token_key
 from tests.conftest import all_items
 from tests.support import call, join, sign_proof
 
@@ -40,7 +42,7 @@ def test_another_pools_token_cannot_consume_or_see_a_request(
     approve(admin_key, request_id)
     consume = join({"joinToken": other_pool, "csr": machine.csr})
     assert (consume.status, consume.body["code"], consume.reason) == (400, 9, "WRONG_POOL")
-    assert store.get(*join_requests.request_key(request_id))["state"] == "approved"
+    assert store.get(*request_key(request_id))["state"] == "approved"
 
 
 def test_a_dry_run_never_says_more_than_the_join(make_token, admin_key, other_pool) -> None:
@@ -76,13 +78,13 @@ def test_a_rejection_does_not_carry_the_approvals_reason(make_token, machine_fac
         {"joinToken": make_token(requireApproval=True)["token"], "csr": machine_factory().csr}
     ).body["joinRequest"]["requestId"]
     approve(admin_key, request_id, reason="known rack")
-    old = store.get(*join_requests.request_key(request_id))
+    old = store.get(*request_key(request_id))
     reply = call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
         admin_key,
     )
-    new = store.get(*join_requests.request_key(request_id))
+    new = store.get(*request_key(request_id))
     event = events.from_stream_record(
         {
             "dynamodb": {
@@ -153,7 +155,7 @@ def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(
     request_id = join({"joinToken": make_token(siteId="rack-1")["token"], "csr": machine_factory().csr}).body[
         "joinRequest"
     ]["requestId"]
-    stale = store.get(*join_requests.request_key(request_id))  # read before the approval lands
+    stale = store.get(*request_key(request_id))  # read before the approval lands
     approve(admin_key, request_id)
     real_get = store.get
     served = {"stale": False}
@@ -245,7 +247,7 @@ def test_a_body_token_and_a_bearer_token_that_differ_are_refused(make_token, mac
         "VALIDATION_FAILED",
     ) and "differ" in reply.body["message"]
     for token in (first, second):
-        item = store.get(*tokens.token_key(token["tokenId"]))
+        item = store.get(*token_key(token["tokenId"]))
         assert item is not None and item["usesRemaining"] == 1
     # And the same token in both places is fine
     same = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=first["token"])

@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
-from joinplane import keyauth, store, tokens
-from joinplane.join_requests import ApproveJoinRequest, approve, request_key
+from joinplane import keyauth, store
+from joinplane.dal.requests import request_key
+from joinplane.dal.tokens import token_key
+from joinplane.join_requests import ApproveJoinRequest, approve
 from tests.support import join, release_together
 
 N = 24
@@ -24,7 +26,7 @@ def test_a_token_with_k_uses_admits_exactly_k_of_n_concurrent_joins(make_token, 
     replies = release_together(lambda i: join({"joinToken": token["token"], "csr": csrs[i]}), N)
     # Then exactly K are admitted, the rest refused as the token is used up, and the counter is 0
     assert sorted(r.status for r in replies) == [200] * K + [401] * (N - K)
-    item = store.get(*tokens.token_key(token["tokenId"]))
+    item = store.get(*token_key(token["tokenId"]))
     assert item is not None and item["usesRemaining"] == 0
     assert len({r.body["machineId"] for r in replies if r.status == 200}) == K
 
@@ -38,12 +40,12 @@ def test_deferrals_count_against_the_token_the_same_way(make_token, machine_fact
 
 def naive_take_use(token_id: str) -> bool:
     """The bug we avoid: read the counter, check it, write it back decremented."""
-    item = store.get(*tokens.token_key(token_id))
+    item = store.get(*token_key(token_id))
     assert item is not None
     if item["usesRemaining"] <= 0:
         return False
     store.update(
-        *tokens.token_key(token_id),
+        *token_key(token_id),
         update="SET usesRemaining = :left",
         values={":left": item["usesRemaining"] - 1},
     )

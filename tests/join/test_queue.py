@@ -227,13 +227,14 @@ def test_keys_see_site_requests_only_through_a_pool_of_that_site(
 def naive_approve(request_id: str, operator: str) -> str:
     """The bug we avoid: read the request, check it is pending, then write the approval."""
     from joinplane import store
+    from joinplane.dal.requests import request_key
 
-    item = store.get(*join_requests.request_key(request_id))
+    item = store.get(*request_key(request_id))
     assert item is not None
     if item["state"] != "pending":
         return str(item["decidedBy"])
     store.update(
-        *join_requests.request_key(request_id),
+        *request_key(request_id),
         update="SET #s = :a, decidedBy = :by",
         names={"#s": "state"},
         values={":a": "approved", ":by": operator},

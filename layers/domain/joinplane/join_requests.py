@@ -1,24 +1,24 @@
 """Join requests: deferred joins waiting for an operator.
 
-Stored item: `JREQ#<requestId>` / `JREQ`. States `pending → approved → consumed`,
+Stored as `joinplane.dal.requests.JoinRequest`. States `pending → approved → consumed`,
 `pending|approved → rejected`, `pending|approved → expired`. A pending or approved request past its
 `expiresAt` *reads* as expired everywhere (`state_now`), whatever the stored state says: no job has
 to run for expiry to hold.
 
-Listing index (gsi1): `JREQS#<tenant>#POOL#<poolId>#<stored state>` for a pool's requests and
-`JREQS#<tenant>#SITE#<siteId>#<stored state>` for a site's unclaimed ones, sorted by requestId; a
-transition moves the item between partitions in the same write. Keeping the state in the partition
-key makes a page of one state cost the same however many requests of other states or pools exist.
+Listed per pool (and per site, for the unclaimed ones) by stored state, so a page of one state
+costs the same however many requests of other states or pools exist.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, errors, pools, store
+from joinplane import clock, errors, pools
+from joinplane.dal import requests as requests_db
+from joinplane.dal.pools import Pool
+from joinplane.dal.requests import JoinRequest
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
@@ -27,34 +27,13 @@ if TYPE_CHECKING:
     from joinplane import views
 
 ID_PREFIX = "jreq"
-RETENTION_SECONDS = 30 * 86_400  # DynamoDB TTL deletes a request this long after its expiry
 
 
-def request_key(request_id: str) -> tuple[str, str]:
-    return f"JREQ#{request_id}", "JREQ"
+def state_now(request: JoinRequest) -> views.JoinRequestState:
+    return request.state_at(clock.epoch())
 
 
-def list_partition(tenant_id: str, site_id: str, pool_id: str | None, state: str) -> str:
-    owner = f"POOL#{pool_id}" if pool_id else f"SITE#{site_id}"
-    return f"JREQS#{tenant_id}#{owner}#{state}"
-
-
-OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
-
-
-def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
-    """gsi2 keys while a request is open: by expiry, for the retention job."""
-    shard = int(hashlib.sha256(request_id.encode()).hexdigest(), 16) % OPEN_SHARDS
-    return {"gsi2pk": f"OPENJREQ#{shard}", "gsi2sk": f"{expires_epoch:012d}#{request_id}"}
-
-
-def state_now(item: dict[str, Any]) -> views.JoinRequestState:
-    if item["state"] in ("pending", "approved") and item["expiresAtEpoch"] <= clock.epoch():
-        return "expired"
-    return cast("views.JoinRequestState", item["state"])
-
-
-def new_item(
+def new_request(
     *,
     request_id: str,
     tenant_id: str,
@@ -66,43 +45,37 @@ def new_item(
     reasons: list[dict[str, str]],
     machine: dict[str, Any],
     ttl_seconds: int,
-) -> dict[str, Any]:
+) -> JoinRequest:
+    """A pending request, expiring `ttl_seconds` from now."""
     now = clock.epoch()
     expires = int(now) + ttl_seconds
-    pk, sk = request_key(request_id)
-    return {
-        "pk": pk,
-        "sk": sk,
-        "gsi1pk": list_partition(tenant_id, site_id, pool_id, "pending"),
-        "gsi1sk": request_id,
-        "requestId": request_id,
-        "tenantId": tenant_id,
-        "siteId": site_id,
-        "poolId": pool_id,
-        "tokenId": token_id,
-        "identity": identity,
-        "state": "pending",
-        "reasons": reasons,
-        "machine": machine,
-        "csrPublicKeySha256": csr_public_key_sha256,
-        "createdAt": clock.rfc3339(now),
-        "expiresAt": clock.rfc3339(expires),
-        "expiresAtEpoch": expires,
-        "ttl": expires + RETENTION_SECONDS,
-        **open_index(request_id, expires),
-    }
+    return JoinRequest(
+        request_id=request_id,
+        tenant_id=tenant_id,
+        site_id=site_id,
+        pool_id=pool_id,
+        token_id=token_id,
+        identity=identity,
+        state="pending",
+        reasons=reasons,
+        machine=machine,
+        csr_public_key_sha256=csr_public_key_sha256,
+        created_at=clock.rfc3339(now),
+        expires_at=clock.rfc3339(expires),
+        expires_at_epoch=expires,
+    )
 
 
-def view(item: dict[str, Any]) -> views.JoinRequest:
+def view(request: JoinRequest) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
-    machine = item.get("machine") or {}
+    machine = request.machine
     return {
-        "requestId": item["requestId"],
-        "tenantId": item["tenantId"],
-        "siteId": item["siteId"],
-        "poolId": item.get("poolId"),
-        "state": state_now(item),
-        "reasons": item.get("reasons", []),
+        "requestId": request.request_id,
+        "tenantId": request.tenant_id,
+        "siteId": request.site_id,
+        "poolId": request.pool_id,
+        "state": state_now(request),
+        "reasons": cast("list[views.AttestorReason]", request.reasons),
         "machine": {
             "fingerprint": machine.get("fingerprint", ""),
             "hostname": machine.get("hostname", ""),
@@ -114,14 +87,14 @@ def view(item: dict[str, Any]) -> views.JoinRequest:
             "hardware": machine.get("hardware", {}),
             "tpm": machine.get("tpm", {}),
         },
-        "csrPublicKeySha256": item.get("csrPublicKeySha256"),
-        "createdAt": item["createdAt"],
-        "expiresAt": item["expiresAt"],
-        "decidedAt": item.get("decidedAt"),
-        "decidedBy": item.get("decidedBy"),
-        "reason": item.get("reason"),
-        "consumedAt": item.get("consumedAt"),
-        "machineId": item.get("machineId"),
+        "csrPublicKeySha256": request.csr_public_key_sha256,
+        "createdAt": request.created_at,
+        "expiresAt": request.expires_at,
+        "decidedAt": request.decided_at,
+        "decidedBy": request.decided_by,
+        "reason": request.reason,
+        "consumedAt": request.consumed_at,
+        "machineId": request.machine_id,
     }
 
 
@@ -145,83 +118,61 @@ class ApproveJoinRequest(DecideJoinRequest):
     ttlSeconds: int = Field(default=3600, ge=60, le=86_400)
 
 
-def _acts_for_site(pool: dict[str, Any]) -> bool:
+def _acts_for_site(pool: Pool) -> bool:
     """Does the pool see and decide its site's unclaimed requests? Only while it is active: an
     archived pool takes no joins and can claim nothing, so it is no longer a window onto its site's
     queue (its own requests stay visible to it)."""
-    return bool(pool["state"] == "active")
+    return pool.active
 
 
-def _visible(pool: dict[str, Any], request_id: str) -> dict[str, Any]:
+def _visible(pool: Pool, request_id: str) -> JoinRequest:
     """A request the pool can decide: its own, or (while active) an unclaimed one of its site;
     else NOT_FOUND."""
-    item = store.get(*request_key(request_id))
-    if item is None or item["tenantId"] != pool["tenantId"]:
+    found = requests_db.get(request_id)
+    if found is None or found.tenant_id != pool.tenant_id:
         raise NotFound("join request not found")
-    if item.get("poolId") not in (None, pool["poolId"]) or item["siteId"] != pool["siteId"]:
+    if found.pool_id not in (None, pool.pool_id) or found.site_id != pool.site_id:
         raise NotFound("join request not found")
-    if item.get("poolId") is None and not _acts_for_site(pool):
+    if found.pool_id is None and not _acts_for_site(pool):
         raise NotFound("join request not found")
-    return item
+    return found
 
 
 def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequest:
     """pending → approved, claiming a site request for this pool, in one conditional write. An
     approval already made for this pool is returned unchanged (and publishes nothing)."""
     pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
-    item = _visible(pool, request.requestId)
-    state = state_now(item)
-    if state == "approved" and item.get("poolId") == pool["poolId"]:
-        return view(item)
+    found = _visible(pool, request.requestId)
+    state = state_now(found)
+    if state == "approved" and found.pool_id == pool.pool_id:
+        return view(found)
     if state != "pending":
         raise InvalidState(
             f"join request is {state}; only a pending request can be approved",
             reason=errors.JOIN_REQUEST_NOT_PENDING,
         )
-    if pool["state"] != "active":
+    if not pool.active:
         raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
     now = clock.epoch()
     expires = int(now) + request.ttlSeconds
-    values: dict[str, Any] = {
-        ":approved": "approved",
-        ":pending": "pending",
-        ":pool": pool["poolId"],
-        ":now": int(now),
-        ":expiresAt": clock.rfc3339(expires),
-        ":expiresAtEpoch": expires,
-        ":decidedAt": clock.rfc3339(now),
-        ":by": principal.key_id,
-        ":partition": list_partition(pool["tenantId"], pool["siteId"], pool["poolId"], "approved"),
-        ":ttl": expires + RETENTION_SECONDS,
-        ":open": open_index(request.requestId, expires)["gsi2sk"],
-    }
-    update = (
-        "SET #state = :approved, poolId = :pool, expiresAt = :expiresAt, expiresAtEpoch = :expiresAtEpoch, "
-        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl, gsi2sk = :open"
-    )
-    if request.reason:
-        update += ", reason = :reason"
-        values[":reason"] = request.reason
     try:
-        written = store.update(
-            *request_key(request.requestId),
-            update=update,
-            condition=(
-                "#state = :pending AND expiresAtEpoch > :now "
-                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
-            ),
-            names={"#state": "state", "#ttl": "ttl"},
-            values=values,
+        written = requests_db.approve(
+            request.requestId,
+            tenant_id=pool.tenant_id,
+            site_id=pool.site_id,
+            pool_id=pool.pool_id,
+            expires_at=clock.rfc3339(expires),
+            expires_at_epoch=expires,
+            decided_at=clock.rfc3339(now),
+            decided_by=principal.key_id,
+            reason=request.reason,
+            now_epoch=int(now),
         )
-    except store.ConditionFailed as lost:
+    except requests_db.RequestLost as lost:
         current = lost.current
-        if (
-            current is not None
-            and state_now(current) == "approved"
-            and current.get("poolId") == pool["poolId"]
-        ):
+        if current is not None and state_now(current) == "approved" and current.pool_id == pool.pool_id:
             return view(current)  # a concurrent approval for this pool won: report what it wrote
-        if current is not None and current.get("poolId") not in (None, pool["poolId"]):
+        if current is not None and current.pool_id not in (None, pool.pool_id):
             raise NotFound("join request not found") from None
         state = state_now(current) if current else "expired"
         raise InvalidState(
@@ -235,54 +186,32 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
     """pending or approved-but-unused → rejected. Already rejected: unchanged. The machine's later
     retry with that CSR is refused (7)."""
     pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
-    item = _visible(pool, request.requestId)
-    state = state_now(item)
+    found = _visible(pool, request.requestId)
+    state = state_now(found)
     if state == "rejected":
-        return view(item)
+        return view(found)
     if state not in ("pending", "approved"):
         raise InvalidState(
             f"join request is {state}; it can no longer be rejected", reason=errors.JOIN_REQUEST_NOT_PENDING
         )
     now = clock.epoch()
-    values: dict[str, Any] = {
-        ":rejected": "rejected",
-        ":pending": "pending",
-        ":approved": "approved",
-        ":now": int(now),
-        ":decidedAt": clock.rfc3339(now),
-        ":by": principal.key_id,
-        ":partition": list_partition(item["tenantId"], item["siteId"], item.get("poolId"), "rejected"),
-    }
-    update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
-    removes = ["gsi2pk", "gsi2sk"]
-    if request.reason:
-        update += ", reason = :reason"
-        values[":reason"] = request.reason
-    else:
-        removes.append("reason")  # an approval's reason must not read as the rejection's
-    update += " REMOVE " + ", ".join(removes)
-    # The owner as read: the listing partition above was chosen for it, so a pool claiming the
-    # request meanwhile must make this write fail rather than land in the wrong partition.
-    if item.get("poolId") is None:
-        owner = "attribute_not_exists(poolId)"
-    else:
-        owner = "poolId = :owner"
-        values[":owner"] = item["poolId"]
     try:
-        written = store.update(
-            *request_key(request.requestId),
-            update=update,
-            condition=f"(#state = :pending OR #state = :approved) AND expiresAtEpoch > :now AND {owner}",
-            names={"#state": "state"},
-            values=values,
+        # Conditioned on the owner as read (see requests_db.reject): a pool claiming the request
+        # meanwhile makes this write fail rather than land in the wrong listing.
+        written = requests_db.reject(
+            found,
+            decided_at=clock.rfc3339(now),
+            decided_by=principal.key_id,
+            reason=request.reason,
+            now_epoch=int(now),
         )
-    except store.ConditionFailed as lost:
+    except requests_db.RequestLost as lost:
         current = lost.current
-        if current is not None and current.get("poolId") not in (None, pool["poolId"]):
+        if current is not None and current.pool_id not in (None, pool.pool_id):
             raise NotFound("join request not found") from None  # claimed by another pool meanwhile
-        if current is not None and current["state"] == "rejected":
+        if current is not None and current.state == "rejected":
             return view(current)
-        if current is not None and current.get("poolId") != item.get("poolId"):
+        if current is not None and current.pool_id != found.pool_id:
             return reject(principal, request)  # this pool claimed it meanwhile: decide again
         state = state_now(current) if current else "expired"
         raise InvalidState(
@@ -324,43 +253,41 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> views.Join
     the same however many requests other pools and other states hold. Stored `pending` and
     `approved` partitions are filtered on read (a request past its expiry reads `expired`)."""
     pool = pools.load(principal, request.tenantId, request.poolId, READ)
-    owners = (pool["poolId"], None) if _acts_for_site(pool) else (pool["poolId"],)
-    open_partitions = [
-        list_partition(pool["tenantId"], pool["siteId"], pool_id, state)
-        for pool_id in owners
-        for state in _SOURCES[request.state]
-    ]
+    owners = (pool.pool_id, None) if _acts_for_site(pool) else (pool.pool_id,)
+    open_sources = [(pool_id, state) for pool_id in owners for state in _SOURCES[request.state]]
     cursor = request.cursor
-    matching: list[dict[str, Any]] = []
+    matching: list[JoinRequest] = []
     for _ in range(MAX_ROUNDS):
-        items: list[dict[str, Any]] = []
-        bound: str | None = None  # every partition still open is complete up to here
-        for partition in list(open_partitions):
-            page = store.query(pk=partition, index="gsi1", sk_after=cursor, limit=request.limit + 1)
-            items += page.items
-            if page.last_key is None:
-                open_partitions.remove(partition)
-            elif page.items:
-                last = page.items[-1]["requestId"]
+        found: list[JoinRequest] = []
+        bound: str | None = None  # every source still open is complete up to here
+        for pool_id, state in list(open_sources):
+            page = requests_db.list_partition_page(
+                pool.tenant_id, pool.site_id, pool_id, state, after=cursor, limit=request.limit + 1
+            )
+            found += page.requests
+            if page.complete:
+                open_sources.remove((pool_id, state))
+            elif page.requests:
+                last = page.requests[-1].request_id
                 bound = last if bound is None else min(bound, last)
-        items.sort(key=lambda item: item["requestId"])
-        for item in items:
-            if bound is not None and item["requestId"] > bound:
+        found.sort(key=lambda r: r.request_id)
+        for candidate in found:
+            if bound is not None and candidate.request_id > bound:
                 break
-            if item.get("poolId") not in (None, pool["poolId"]):
+            if candidate.pool_id not in (None, pool.pool_id):
                 continue  # a listing partition never holds another pool's request; never show one
-            if request.state == "all" or state_now(item) == request.state:
-                matching.append(item)
+            if request.state == "all" or state_now(candidate) == request.state:
+                matching.append(candidate)
                 if len(matching) > request.limit:
                     break
-        if len(matching) > request.limit or not open_partitions or bound is None:
+        if len(matching) > request.limit or not open_sources or bound is None:
             break
         cursor = bound
-    page_items = matching[: request.limit]
-    result: views.JoinRequestList = {"requests": [view(item) for item in page_items]}
+    shown = matching[: request.limit]
+    result: views.JoinRequestList = {"requests": [view(r) for r in shown]}
     if len(matching) > request.limit:
-        result["nextCursor"] = page_items[-1]["requestId"]
-    elif open_partitions and cursor:
+        result["nextCursor"] = shown[-1].request_id
+    elif open_sources and cursor:
         result["nextCursor"] = cursor
     return result
 
@@ -373,38 +300,15 @@ def expire_due(max_items: int = 1000) -> int:
     a request decided or consumed meanwhile is left alone."""
     now = int(clock.epoch())
     marked = 0
-    for shard in range(OPEN_SHARDS):
+    for shard in range(requests_db.OPEN_SHARDS):
         start: dict[str, Any] | None = None
         while marked < max_items:
-            page = store.query(
-                pk=f"OPENJREQ#{shard}",
-                index="gsi2",
-                sk_below=f"{now:012d}#~",
-                limit=min(100, max_items - marked),
-                start_after=start,
-            )
-            for item in page.items:
-                try:
-                    store.update(
-                        *request_key(item["requestId"]),
-                        update="SET #state = :expired, expiredAt = expiresAt, gsi1pk = :partition "
-                        "REMOVE gsi2pk, gsi2sk",
-                        condition="(#state = :pending OR #state = :approved) AND expiresAtEpoch <= :now",
-                        names={"#state": "state"},
-                        values={
-                            ":expired": "expired",
-                            ":pending": "pending",
-                            ":approved": "approved",
-                            ":now": now,
-                            ":partition": list_partition(
-                                item["tenantId"], item["siteId"], item.get("poolId"), "expired"
-                            ),
-                        },
-                    )
+            page = requests_db.open_due(shard, now_epoch=now, limit=min(100, max_items - marked), start=start)
+            for due in page.requests:
+                # Not marked: decided, consumed or already marked since the index was read.
+                if requests_db.mark_expired(due, now_epoch=now):
                     marked += 1
-                except store.ConditionFailed:
-                    continue  # decided, consumed or already marked since the index was read
-            if page.last_key is None:
+            if page.next is None:
                 break
-            start = page.last_key
+            start = page.next
     return marked

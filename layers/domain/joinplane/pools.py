@@ -8,11 +8,13 @@ is what site-scoped join tokens and grants refer to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, store
+from joinplane import clock, errors
+from joinplane.dal import pools as pools_db
+from joinplane.dal.pools import Pool
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
@@ -120,52 +122,44 @@ class ListPools(BaseModel):
     cursor: str | None = Field(default=None, pattern=POOL_ID)
 
 
-def pool_key(tenant_id: str, pool_id: str) -> tuple[str, str]:
-    return f"TENANT#{tenant_id}", f"POOL#{pool_id}"
+def resource_of(pool: Pool) -> Resource:
+    return Resource(pool.tenant_id, pool.site_id, pool.pool_id, kind="pool")
 
 
-def site_key(tenant_id: str, site_id: str) -> tuple[str, str]:
-    return f"TENANT#{tenant_id}", f"SITE#{site_id}"
-
-
-def resource_of(item: dict[str, Any]) -> Resource:
-    return Resource(item["tenantId"], item["siteId"], item["poolId"], kind="pool")
-
-
-def view(item: dict[str, Any]) -> views.Pool:
+def view(pool: Pool) -> views.Pool:
     return {
-        "tenantId": item["tenantId"],
-        "poolId": item["poolId"],
-        "siteId": item["siteId"],
-        "name": item["name"],
-        "workspaceId": item["workspaceId"],
-        "state": item["state"],
-        "bootstrap": cast("views.StoredBootstrap", item.get("bootstrap") or {}),
-        "joinRequestTtlSeconds": item["joinRequestTtlSeconds"],
-        "certificateTtlSeconds": item["certificateTtlSeconds"],
-        "cluster": item.get("cluster"),
-        "createdAt": item["createdAt"],
-        "updatedAt": item["updatedAt"],
-        "archivedAt": item.get("archivedAt"),
+        "tenantId": pool.tenant_id,
+        "poolId": pool.pool_id,
+        "siteId": pool.site_id,
+        "name": pool.name,
+        "workspaceId": pool.workspace_id,
+        "state": cast("Literal['active', 'archived']", pool.state),
+        "bootstrap": cast("views.StoredBootstrap", pool.bootstrap),
+        "joinRequestTtlSeconds": pool.join_request_ttl_seconds,
+        "certificateTtlSeconds": pool.certificate_ttl_seconds,
+        "cluster": cast("views.StoredClusterSettings | None", pool.cluster),
+        "createdAt": pool.created_at,
+        "updatedAt": pool.updated_at,
+        "archivedAt": pool.archived_at,
     }
 
 
-def load(principal: Principal, tenant_id: str, pool_id: str, permission: str) -> dict[str, Any]:
+def load(principal: Principal, tenant_id: str, pool_id: str, permission: str) -> Pool:
     """A pool the principal may act on with `permission`; NOT_FOUND when it is absent or out of
     the caller's sight, so another tenant's or another pool's existence never shows."""
     principal.check_tenant(tenant_id)
-    item = store.get(*pool_key(tenant_id, pool_id))
-    if item is None:
+    pool = pools_db.get(tenant_id, pool_id)
+    if pool is None:
         raise NotFound("pool not found")
-    principal.authorize(permission, resource_of(item))
-    return item
+    principal.authorize(permission, resource_of(pool))
+    return pool
 
 
 def load_site(principal: Principal, tenant_id: str, site_id: str, permission: str) -> Resource:
     """A site the principal may act on with `permission`; NOT_FOUND when it does not exist (no pool
     names it) or is out of the caller's sight, exactly as for a pool."""
     principal.check_tenant(tenant_id)
-    if store.get(*site_key(tenant_id, site_id)) is None:
+    if not pools_db.site_exists(tenant_id, site_id):
         raise NotFound("site not found")
     resource = Resource(tenant_id, site_id, kind="site")
     principal.authorize(permission, resource)
@@ -191,46 +185,25 @@ def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> N
 def create(principal: Principal, request: CreatePool) -> views.Pool:
     authorize_placement(principal, request.tenantId, request.siteId)
     now = clock.rfc3339(clock.now())
-    pk, sk = pool_key(request.tenantId, request.poolId)
-    item = {
-        "pk": pk,
-        "sk": sk,
-        "tenantId": request.tenantId,
-        "poolId": request.poolId,
-        "siteId": request.siteId,
-        "name": request.name,
-        "workspaceId": request.workspaceId,
-        "state": "active",
-        "bootstrap": request.bootstrap.model_dump(exclude_none=True),
-        "joinRequestTtlSeconds": request.joinRequestTtlSeconds,
-        "certificateTtlSeconds": request.certificateTtlSeconds,
-        "cluster": request.cluster.model_dump(exclude_none=True) if request.cluster else None,
-        "createdAt": now,
-        "updatedAt": now,
-        # Bumped by every change: joins cache pools and condition their transaction on this.
-        "version": 1,
-    }
-    site_pk, site_sk = site_key(request.tenantId, request.siteId)
+    pool = Pool(
+        tenant_id=request.tenantId,
+        pool_id=request.poolId,
+        site_id=request.siteId,
+        name=request.name,
+        workspace_id=request.workspaceId,
+        state="active",
+        bootstrap=request.bootstrap.model_dump(exclude_none=True),
+        join_request_ttl_seconds=request.joinRequestTtlSeconds,
+        certificate_ttl_seconds=request.certificateTtlSeconds,
+        cluster=request.cluster.model_dump(exclude_none=True) if request.cluster else None,
+        created_at=now,
+        updated_at=now,
+    )
     try:
-        store.transact(
-            [
-                store.Write("Put", item=item, condition="attribute_not_exists(pk)"),
-                store.Write(
-                    "Update",
-                    pk=site_pk,
-                    sk=site_sk,
-                    update=(
-                        "SET tenantId = :tenant, siteId = :site, createdAt = if_not_exists(createdAt, :now)"
-                    ),
-                    values={":tenant": request.tenantId, ":site": request.siteId, ":now": now},
-                ),
-            ]
-        )
-    except store.TransactionCanceled as canceled:
-        if canceled.reasons and canceled.reasons[0] == "ConditionalCheckFailed":
-            raise AlreadyExists(f"pool {request.poolId!r} already exists") from None
-        raise
-    return view(item)
+        pools_db.create(pool)
+    except pools_db.PoolExists:
+        raise AlreadyExists(f"pool {request.poolId!r} already exists") from None
+    return view(pool)
 
 
 def get(principal: Principal, request: PoolRef) -> views.Pool:
@@ -250,48 +223,26 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         changes[name] = value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
     if not changes:
         return get(principal, request)
-    changes["updatedAt"] = clock.rfc3339(clock.now())
-    names = {f"#f{i}": name for i, name in enumerate(changes)}
-    values: dict[str, Any] = {f":v{i}": value for i, value in enumerate(changes.values())}
-    sets = [f"#f{i} = :v{i}" for i, value in enumerate(changes.values()) if value is not None]
-    removes = [f"#f{i}" for i, value in enumerate(changes.values()) if value is None]
-    sets.append("version = version + :one")
-    expression = ("SET " + ", ".join(sets)) + (" REMOVE " + ", ".join(removes) if removes else "")
-    values = {k: v for k, v in values.items() if v is not None}
-    values[":one"] = 1
-    names["#state"] = "state"
-    values[":active"] = "active"
     try:
-        item = store.update(
-            *pool_key(request.tenantId, request.poolId),
-            update=expression,
-            condition="#state = :active",
-            names=names,
-            values=values,
-        )
-    except store.ConditionFailed as lost:
+        pool = pools_db.update_active(request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()))
+    except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None
-        raise InvalidState("pool is archived; archived pools cannot be changed") from None
-    return view(item)
+        raise InvalidState(
+            "pool is archived; archived pools cannot be changed", reason=errors.POOL_ARCHIVED
+        ) from None
+    return view(pool)
 
 
 def archive(principal: Principal, request: PoolRef) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
-    now = clock.rfc3339(clock.now())
     try:
-        item = store.update(
-            *pool_key(request.tenantId, request.poolId),
-            update="SET #state = :archived, archivedAt = :now, updatedAt = :now, version = version + :one",
-            condition="#state = :active",
-            names={"#state": "state"},
-            values={":archived": "archived", ":now": now, ":active": "active", ":one": 1},
-        )
-    except store.ConditionFailed as lost:
+        pool = pools_db.archive(request.tenantId, request.poolId, clock.rfc3339(clock.now()))
+    except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None
-        item = lost.current  # already archived: archiving again changes nothing
-    return view(item)
+        pool = lost.current  # already archived: archiving again changes nothing
+    return view(pool)
 
 
 def list_pools(principal: Principal, request: ListPools) -> views.PoolList:
@@ -299,36 +250,20 @@ def list_pools(principal: Principal, request: ListPools) -> views.PoolList:
     skipped, so a page can hold fewer than `limit`; `nextCursor` continues after the last pool
     examined."""
     principal.check_tenant(request.tenantId)
-    pk = f"TENANT#{request.tenantId}"
-    page = (
-        store.query(
-            pk=pk,
-            sk_after=f"POOL#{request.cursor}" if request.cursor else None,
-            limit=request.limit,
-            consistent=True,
-        )
-        if request.cursor
-        else store.query(pk=pk, sk_prefix="POOL#", limit=request.limit, consistent=True)
-    )
-    pools = []
-    examined = None
-    for item in page.items:
-        if not item["sk"].startswith("POOL#"):
-            break  # past the pools (sites sort after): the listing is complete
-        examined = item["poolId"]
-        if request.state != "all" and item["state"] != request.state:
-            continue
-        if request.siteId and item["siteId"] != request.siteId:
-            continue
-        if principal.can(READ, resource_of(item)):
-            pools.append(view(item))
-    result: views.PoolList = {"pools": pools}
-    reached_end = any(not item["sk"].startswith("POOL#") for item in page.items)
-    if page.last_key is not None and examined is not None and not reached_end:
-        result["nextCursor"] = examined
+    page = pools_db.list_pools(request.tenantId, after=request.cursor, limit=request.limit)
+    shown = [
+        view(pool)
+        for pool in page.pools
+        if (request.state == "all" or pool.state == request.state)
+        and (not request.siteId or pool.site_id == request.siteId)
+        and principal.can(READ, resource_of(pool))
+    ]
+    result: views.PoolList = {"pools": shown}
+    if not page.complete and page.pools:
+        result["nextCursor"] = page.pools[-1].pool_id
     return result
 
 
-def get_active(tenant_id: str, pool_id: str) -> dict[str, Any] | None:
+def get_active(tenant_id: str, pool_id: str) -> Pool | None:
     """The stored pool, for other domain modules (join tokens, joins) that authorize on their own."""
-    return store.get(*pool_key(tenant_id, pool_id))
+    return pools_db.get(tenant_id, pool_id)

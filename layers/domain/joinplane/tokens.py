@@ -1,20 +1,20 @@
 """Join tokens: the secret a machine presents to ask to join one pool, or one site (then every
 join is deferred until an operator's approval claims it for a pool).
 
-Stored item: `JOINTOKEN#<tokenId>` / `JOINTOKEN`, listed per pool or per site through gsi1
-(`TENANT#<t>#POOL#<p>#JOINTOKENS` or `TENANT#<t>#SITE#<s>#JOINTOKENS`, sorted by tokenId). Uses
-are a counter, `usesRemaining`, that only a conditional write decrements. The item outlives
-its expiry by a retention window (DynamoDB TTL deletes it later) so that deferred joins can
-still be matched to the token they came with.
+Stored as `joinplane.dal.tokens.JoinToken`, listed per pool or per site. Uses are a counter that
+only a conditional write decrements; the token outlives its expiry by a retention window so that
+deferred joins can still be matched to the token they came with.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from pydantic import BaseModel, Field, model_validator
 
-from joinplane import clock, credentials, errors, ids, pools, store
+from joinplane import clock, credentials, errors, ids, pools
+from joinplane.dal import tokens as tokens_db
+from joinplane.dal.tokens import AttestationPolicy, JoinToken
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
@@ -26,7 +26,6 @@ SECRET_PREFIX = "jpt"
 ID_PREFIX = "jtok"
 TOKEN_ID = rf"^jtok_{ULID}$"
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
-RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 
 
 class Attestation(BaseModel):
@@ -72,46 +71,28 @@ class RevokeJoinToken(BaseModel):
     tokenId: str = Field(pattern=TOKEN_ID)
 
 
-def token_key(token_id: str) -> tuple[str, str]:
-    return f"JOINTOKEN#{token_id}", "JOINTOKEN"
-
-
-def _list_key(tenant_id: str, pool_id: str | None, site_id: str | None) -> str:
-    return (
-        f"TENANT#{tenant_id}#POOL#{pool_id}#JOINTOKENS"
-        if pool_id
-        else f"TENANT#{tenant_id}#SITE#{site_id}#JOINTOKENS"
-    )
-
-
-def state_now(item: dict[str, Any]) -> views.TokenState:
+def state_now(token: JoinToken) -> views.TokenState:
     """The token's state as read now: expiry and exhaustion need no background job."""
-    if item["state"] == "revoked":
-        return "revoked"
-    if item["expiresAtEpoch"] <= clock.epoch():
-        return "expired"
-    if item["usesRemaining"] <= 0:
-        return "exhausted"
-    return "active"
+    return token.state_at(clock.epoch())
 
 
-def view(item: dict[str, Any]) -> views.JoinToken:
+def view(token: JoinToken) -> views.JoinToken:
     return {
-        "tokenId": item["tokenId"],
-        "tenantId": item["tenantId"],
-        "siteId": item["siteId"],
-        "poolId": item.get("poolId"),
-        "description": item.get("description", ""),
-        "state": state_now(item),
-        "expiresAt": item["expiresAt"],
-        "maxUses": item["maxUses"],
-        "usesRemaining": item["usesRemaining"],
-        "requireApproval": item["requireApproval"],
-        "attestation": item["attestation"],
-        "createdAt": item["createdAt"],
-        "createdBy": item.get("createdBy"),
-        "revokedAt": item.get("revokedAt"),
-        "revokedBy": item.get("revokedBy"),
+        "tokenId": token.token_id,
+        "tenantId": token.tenant_id,
+        "siteId": token.site_id,
+        "poolId": token.pool_id,
+        "description": token.description,
+        "state": state_now(token),
+        "expiresAt": token.expires_at,
+        "maxUses": token.max_uses,
+        "usesRemaining": token.uses_remaining,
+        "requireApproval": token.require_approval,
+        "attestation": cast("views.TokenAttestation", token.attestation.to_dict()),
+        "createdAt": token.created_at,
+        "createdBy": token.created_by,
+        "revokedAt": token.revoked_at,
+        "revokedBy": token.revoked_by,
     }
 
 
@@ -127,80 +108,63 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
     target = _target(principal, request, CREATE)
     if target.pool_id is not None:
         pool = pools.get_active(target.tenant_id, target.pool_id)
-        if pool is None or pool["state"] != "active":
+        if pool is None or not pool.active:
             raise InvalidState(
                 "pool is archived; archived pools take no new joins", reason=errors.POOL_ARCHIVED
             )
+    assert target.site_id is not None  # a pool's or a site's resource always names its site
     ulid = ids.new_ulid()
-    token_id = f"{ID_PREFIX}_{ulid}"
     secret = credentials.mint(SECRET_PREFIX, ulid)
     now = clock.epoch()
     expires = int(now) + request.ttlSeconds
-    pk, sk = token_key(token_id)
-    item = {
-        "pk": pk,
-        "sk": sk,
-        "gsi1pk": _list_key(target.tenant_id, target.pool_id, target.site_id),
-        "gsi1sk": token_id,
-        "tokenId": token_id,
-        "tenantId": target.tenant_id,
-        "siteId": target.site_id,
-        "poolId": target.pool_id,
-        "secretSha256": credentials.digest(secret),
-        "description": request.description,
-        "state": "active",
-        "expiresAt": clock.rfc3339(expires),
-        "expiresAtEpoch": expires,
-        "maxUses": request.maxUses,
-        "usesRemaining": request.maxUses,
-        "requireApproval": request.requireApproval,
-        "attestation": request.attestation.model_dump(),
-        "createdAt": clock.rfc3339(now),
-        "createdBy": principal.key_id,
-        "ttl": expires + RETENTION_SECONDS,
-    }
-    store.put(item, condition="attribute_not_exists(pk)")
-    return {**view(item), "token": secret}
+    policy = request.attestation
+    token = JoinToken(
+        token_id=f"{ID_PREFIX}_{ulid}",
+        tenant_id=target.tenant_id,
+        site_id=target.site_id,
+        pool_id=target.pool_id,
+        secret_sha256=credentials.digest(secret),
+        description=request.description,
+        state="active",
+        expires_at=clock.rfc3339(expires),
+        expires_at_epoch=expires,
+        max_uses=request.maxUses,
+        uses_remaining=request.maxUses,
+        require_approval=request.requireApproval,
+        attestation=AttestationPolicy(policy.discovery, policy.tpm, policy.identity),
+        created_at=clock.rfc3339(now),
+        created_by=principal.key_id,
+    )
+    tokens_db.create(token)
+    return {**view(token), "token": secret}
 
 
 def list_tokens(principal: Principal, request: ListJoinTokens) -> views.JoinTokenList:
     target = _target(principal, request, READ)
-    page = store.query(
-        pk=_list_key(target.tenant_id, target.pool_id, target.site_id),
-        index="gsi1",
+    assert target.site_id is not None
+    page = tokens_db.list_tokens(
+        target.tenant_id,
+        pool_id=target.pool_id,
+        site_id=target.site_id,
+        after=request.cursor,
         limit=request.limit,
-        sk_after=request.cursor,
     )
-    tokens = [view(item) for item in page.items]
-    result: views.JoinTokenList = {"joinTokens": tokens}
-    if page.last_key is not None and tokens:
-        result["nextCursor"] = tokens[-1]["tokenId"]
+    result: views.JoinTokenList = {"joinTokens": [view(token) for token in page.tokens]}
+    if not page.complete and page.tokens:
+        result["nextCursor"] = page.tokens[-1].token_id
     return result
 
 
 def revoke(principal: Principal, request: RevokeJoinToken) -> views.JoinToken:
     principal.check_tenant(request.tenantId)
-    item = store.get(*token_key(request.tokenId))
-    if item is None or item["tenantId"] != request.tenantId:
+    token = tokens_db.get(request.tokenId)
+    if token is None or token.tenant_id != request.tenantId:
         raise NotFound("join token not found")
-    principal.authorize(
-        CREATE, Resource(item["tenantId"], item["siteId"], item.get("poolId"), kind="join token")
-    )
+    principal.authorize(CREATE, Resource(token.tenant_id, token.site_id, token.pool_id, kind="join token"))
     try:
-        item = store.update(
-            *token_key(request.tokenId),
-            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
-            condition="#state = :active",
-            names={"#state": "state"},
-            values={
-                ":revoked": "revoked",
-                ":active": "active",
-                ":now": clock.rfc3339(clock.now()),
-                ":by": principal.key_id,
-            },
-        )
-    except store.ConditionFailed as lost:
+        token = tokens_db.revoke(request.tokenId, now=clock.rfc3339(clock.now()), by=principal.key_id)
+    except tokens_db.TokenLost as lost:
         if lost.current is None:
             raise NotFound("join token not found") from None
-        item = lost.current  # already revoked
-    return view(item)
+        token = lost.current  # already revoked
+    return view(token)

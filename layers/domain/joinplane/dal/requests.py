@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -23,6 +23,8 @@ from joinplane.dal.dynamo import Item
 RETENTION_SECONDS = 30 * 86_400
 OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
 OPEN_STATES = ("pending", "approved")
+
+RequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class JoinRequest:
     pool_id: str | None  # None: a site's request no pool has claimed yet
     token_id: str
     identity: str
-    state: str  # stored: pending | approved | rejected | expired | consumed; see `state_at`
+    state: RequestState  # as stored; see `state_at` for the state as read
     reasons: list[dict[str, str]]  # the attestors' votes that deferred it
     machine: dict[str, Any]  # the machine's facts as it sent them
     csr_public_key_sha256: str | None
@@ -51,7 +53,7 @@ class JoinRequest:
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> str:
+    def state_at(self, now_epoch: float) -> RequestState:
         """The state as read at `now_epoch`: an open request past its expiry reads `expired`
         whatever is stored, so no job has to run for expiry to hold."""
         if self.state in OPEN_STATES and self.expires_at_epoch <= now_epoch:

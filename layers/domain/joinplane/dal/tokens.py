@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
 RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
+
+TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class JoinToken:
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> str:
+    def state_at(self, now_epoch: float) -> TokenState:
         """The token's state as read at `now_epoch`: expiry and exhaustion need no background job."""
         if self.state == "revoked":
             return "revoked"
