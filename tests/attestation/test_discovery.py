@@ -14,7 +14,7 @@ from joinplane.dal import dynamo
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
 from tests.attestation import call, dynamodb_calls, make_key, make_site
-from tests.conftest import all_items
+from tests.support.table import all_items
 
 REGISTER, LIST, REMOVE = (f"/api/compute/discovery/{verb}" for verb in ("register", "list", "remove"))
 SITE = {"tenantId": "acme", "siteId": "site-a"}

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from joinplane.dal import dynamo
-from tests.clusters.test_accept_join import (
+from tests.support import release_together
+from tests.support.clusters import (
     Answer,
     Remaining,
     cluster_nodes,
@@ -24,7 +25,6 @@ from tests.clusters.test_accept_join import (
     post,
     registry,
 )
-from tests.support import release_together
 
 N = 8
 GUESTS = 40  # each node's guests interleaved with the others': every join touches items 0 and 1

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from joinplane import credentials, ids
-from tests.clusters.test_accept_join import POOL, TENANT, join_body, make_cluster, post
-from tests.conftest import all_items
 from tests.support import LambdaContext, call, http_event, load_function
+from tests.support.clusters import POOL, TENANT, join_body, make_cluster, post
+from tests.support.table import all_items
 
 UNAUTHORIZED = {
     "status": "error",
@@ -300,8 +300,8 @@ def test_a_bad_body_is_only_looked_at_after_the_key(key: str) -> None:
 
 @pytest.mark.parametrize("where", ["entries", "inFlightGuestIds"])
 def test_a_5000_digit_guest_id_is_a_bind_failure_not_a_500(admin_key: str, where: str) -> None:
-    from tests.clusters.test_accept_join import make_cluster, post
-    from tests.conftest import all_items
+    from tests.support.clusters import make_cluster, post
+    from tests.support.table import all_items
 
     key = make_cluster(admin_key)
     huge = b"1" * 5000

@@ -15,9 +15,9 @@ from joinplane import deadline
 from joinplane.dal import dynamo
 from joinplane_local.functions import Functions, LambdaContext
 from joinplane_local.template import Names, Template, load
-from tests.clusters.test_accept_join import join_body, make_cluster
-from tests.conftest import all_items
 from tests.support import http_event
+from tests.support.clusters import join_body, make_cluster
+from tests.support.table import all_items
 
 TIMEOUT = 2.0
 

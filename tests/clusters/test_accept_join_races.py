@@ -17,8 +17,8 @@ import pytest
 from joinplane.clusters import membership
 from joinplane.dal import clusters as clusters_db
 from joinplane.dal import dynamo
-from tests.clusters.test_accept_join import cluster_nodes, join_body, make_cluster, post, registry
 from tests.support import release_together
+from tests.support.clusters import cluster_nodes, join_body, make_cluster, post, registry
 
 N = 8
 

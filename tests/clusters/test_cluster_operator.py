@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from joinplane import credentials
-from tests.clusters.test_accept_join import POOL, TENANT, join_body, make_cluster, post
-from tests.conftest import all_items
 from tests.support import call
+from tests.support.clusters import POOL, TENANT, join_body, make_cluster, post
+from tests.support.table import all_items
 
 REF = {"tenantId": TENANT, "poolId": POOL}
 

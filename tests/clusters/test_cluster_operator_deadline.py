@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tests.clusters.test_accept_join import POOL, TENANT, Remaining, make_cluster, post
-from tests.conftest import all_items
 from tests.support import LambdaContext, http_event, load_function
+from tests.support.clusters import POOL, TENANT, Remaining, make_cluster, post
+from tests.support.table import all_items
 
 PATH = "/api/compute/clusters/rotateKey"
 

@@ -15,8 +15,8 @@ from joinplane.dal import clusters as clusters_db
 from joinplane.dal import dynamo
 from joinplane.dal.clusters import GuestBucket
 from joinplane.dal.pools import Pool
-from tests.clusters.test_accept_join import entries, join_body, make_cluster, post, registry
 from tests.support import call
+from tests.support.clusters import entries, join_body, make_cluster, post, registry
 
 MAX_ACTIONS = 100
 MAX_ITEM_BYTES = 400 * 1024

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import all_items
 from tests.support import call
+from tests.support.table import all_items
 
 GOOD_POOL = {"tenantId": "acme", "poolId": "p", "siteId": "s", "name": "P", "workspaceId": "w"}
 

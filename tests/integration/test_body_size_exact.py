@@ -11,8 +11,8 @@ import pytest
 from joinplane import join_wire, operator_api
 from joinplane.clusters import sylve_wire
 from joinplane.http import HttpRequest
-from tests.clusters.test_accept_join import make_cluster, post
 from tests.support import call, http_event, join
+from tests.support.clusters import make_cluster, post
 
 
 def request_of(raw: bytes) -> HttpRequest:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from joinplane import clock
-from tests.conftest import all_items
 from tests.support import call
+from tests.support.table import all_items
 
 
 def make_key(admin: str, *grants: str, tenant: str = "acme") -> str:

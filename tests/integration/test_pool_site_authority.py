@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from joinplane import pools
-from tests.conftest import all_items
 from tests.support import call, join, openssl_csr
+from tests.support.table import all_items
 
 
 def make_key(admin: str, *grants: str) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import all_items
 from tests.support import LambdaContext, http_event, join, load_function
+from tests.support.table import all_items
 
 
 def test_a_join_out_of_time_is_a_503_with_a_retry_hint_and_writes_nothing(

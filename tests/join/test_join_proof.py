@@ -11,8 +11,8 @@ import pytest
 
 from joinplane import clock, keyauth, store
 from joinplane.join_requests import ApproveJoinRequest, approve
-from tests.conftest import all_items
 from tests.support import LambdaContext, call, http_event, join, load_function, release_together, sign_proof
+from tests.support.table import all_items
 
 
 def rejoin_body(token: dict[str, Any], machine: Any) -> dict[str, Any]:
