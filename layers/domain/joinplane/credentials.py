@@ -12,7 +12,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from joinplane.ids import ULID_PATTERN, encode_base32
+from joinplane.ids import BASE32, ULID_PATTERN, encode_base32
 
 SECRET_CHARS = 32  # 32 base32 characters = 160 bits
 
@@ -28,12 +28,19 @@ def mint(prefix: str, ulid: str) -> str:
     return f"{prefix}_{ulid}_{encode_base32(secrets.randbits(SECRET_CHARS * 5), SECRET_CHARS)}"
 
 
+def pattern(prefix: str) -> str:
+    """The regex of a `prefix` secret (also the views' schema pattern): `<prefix>_<ULID>_<secret>`."""
+    return f"^{re.escape(prefix)}_{ULID_PATTERN}_{BASE32}{{{SECRET_CHARS}}}$"
+
+
 def parse(value: str, prefix: str) -> ParsedSecret | None:
     """The record id embedded in a secret, or None when it is not one of ours (no lookup then)."""
     if len(value) > 128:
         return None
-    match = re.fullmatch(f"{re.escape(prefix)}_({ULID_PATTERN})_[0-9a-hjkmnp-tv-z]{{{SECRET_CHARS}}}", value)
-    return ParsedSecret(prefix, match.group(1), value) if match else None
+    if not re.fullmatch(pattern(prefix), value):
+        return None
+    ulid_at = len(prefix) + 1
+    return ParsedSecret(prefix, value[ulid_at : ulid_at + 26], value)
 
 
 def digest(secret: str) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, errors, pools
+from joinplane import clock, errors, ids, pools
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
@@ -100,7 +100,8 @@ def view(request: JoinRequest) -> views.JoinRequest:
 
 # --- seed 001: the approval queue -----------------------------------------------------------
 
-REQUEST_ID = r"^jreq_[0-9a-hjkmnp-tv-z]{26,52}$"
+# Seed 001 allows up to 52 characters after the prefix; ours are ULIDs (26).
+REQUEST_ID = rf"^jreq_{ids.BASE32}{{26,52}}$"
 REASON = r"^[^\u0000-\u001f\u007f]*$"
 DECIDE = "compute:join-tokens:create"
 READ = "compute:join-tokens:read"

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
-from joinplane import apikeys, audit, discovery, machines, tokens
+from joinplane import apikeys, audit, credentials, discovery, machines, tokens
 from joinplane.join_requests import REQUEST_ID
 from joinplane.wire import POOL_ID, TENANT_ID
 
@@ -59,7 +59,7 @@ class ApiKeyCreated(ApiKey):
     key: Annotated[
         str,
         Field(
-            pattern=r"^jpk_[0-9a-hjkmnp-tv-z]{26}_[0-9a-hjkmnp-tv-z]{32}$",
+            pattern=credentials.pattern("jpk"),
             description="The secret, shown this once; only its SHA-256 is stored.",
         ),
     ]
@@ -185,7 +185,7 @@ class JoinTokenCreated(JoinToken):
     token: Annotated[
         str,
         Field(
-            pattern=r"^jpt_[0-9a-hjkmnp-tv-z]{26}_[0-9a-hjkmnp-tv-z]{32}$",
+            pattern=credentials.pattern("jpt"),
             description="The secret, shown this once; only its SHA-256 is stored.",
         ),
     ]

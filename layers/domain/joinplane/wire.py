@@ -8,6 +8,8 @@ its family but one request validates only one of them, and the import is the col
 
 from pydantic import ConfigDict
 
+from joinplane import ids
+
 STRICT = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 TENANT_ID = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -16,4 +18,4 @@ SITE_ID = POOL_ID
 WORKSPACE_ID = r"^[A-Za-z0-9._:-]{1,128}$"
 # Free text a person typed: no control characters (seed 001's `reason` rule).
 TEXT = r"^[^\u0000-\u001f\u007f]*$"
-ULID = "[0-9a-hjkmnp-tv-z]{26}"
+ULID = ids.ULID_PATTERN
