@@ -70,7 +70,8 @@ def test_the_gateways_own_401_is_documented_on_operator_routes() -> None:
             options = op["responses"]["401"]["content"]["application/json"]["schema"]["oneOf"]
             assert {"$ref": "#/components/schemas/GatewayMessage"} in options
     assert valid("GatewayMessage", {"message": "Unauthorized"})
-    assert valid("Error", {"error": {"code": "UNAUTHENTICATED", "message": "m", "details": []}})
+    error = {"code": "UNAUTHENTICATED", "reason": "UNAUTHENTICATED", "message": "m", "details": []}
+    assert valid("Error", {"error": error})
 
 
 def test_either_or_fields_are_expressed() -> None:
