@@ -1,9 +1,12 @@
 """Races on joins: threads released together against the moto server.
 
 - A token with maxUses K under N >> K concurrent joins of distinct machines admits or defers
-  exactly K; a naive read-check-write of the counter lets more through.
-- N concurrent retries of one approved identity admit exactly one; a naive consume (read the
-  request, check it is approved, then write it consumed) admits several.
+  exactly K.
+- N concurrent retries of one approved identity admit exactly one.
+
+That a read-check-write counter or consume would let more through under the same release is the
+harness's own check (tests/harness/test_race_harness.py: k-uses, create-once), so a pass here means
+the join kept the guarantee.
 """
 
 from __future__ import annotations
@@ -32,30 +35,13 @@ def test_a_token_with_k_uses_admits_exactly_k_of_n_concurrent_joins(make_token, 
 
 
 def test_deferrals_count_against_the_token_the_same_way(make_token, machine_factory) -> None:
+    # Given a token with K uses that requires approval, and N distinct machines
     token = make_token(maxUses=K, requireApproval=True)
     csrs = [machine_factory().csr for _ in range(N)]
+    # When they all join at once
     replies = release_together(lambda i: join({"joinToken": token["token"], "csr": csrs[i]}), N)
+    # Then exactly K are deferred and the rest refused as the token is used up
     assert sorted(r.status for r in replies) == [202] * K + [401] * (N - K)
-
-
-def naive_take_use(token_id: str) -> bool:
-    """The bug we avoid: read the counter, check it, write it back decremented."""
-    item = store.get(*token_key(token_id))
-    assert item is not None
-    if item["usesRemaining"] <= 0:
-        return False
-    store.update(
-        *token_key(token_id),
-        update="SET usesRemaining = :left",
-        values={":left": item["usesRemaining"] - 1},
-    )
-    return True
-
-
-def test_the_naive_counter_lets_more_than_k_through(make_token) -> None:
-    token = make_token(maxUses=K)
-    taken = release_together(lambda i: naive_take_use(token["tokenId"]), N)
-    assert sum(taken) > K
 
 
 def test_concurrent_retries_of_one_approval_admit_exactly_one(make_token, machine_factory, admin_key) -> None:
@@ -83,30 +69,3 @@ def test_concurrent_retries_of_one_approval_admit_exactly_one(make_token, machin
     assert request is not None and request["machineId"] == admitted[0].body["machineId"]
     machines = store.query(pk="MACHINES#acme#gpu", index="gsi1").items
     assert len(machines) == 1
-
-
-def naive_consume(request_id: str) -> bool:
-    """The bug we avoid: read the request, check it is approved, then mark it consumed."""
-    item = store.get(*request_key(request_id))
-    assert item is not None
-    if item["state"] != "approved":
-        return False
-    store.update(
-        *request_key(request_id),
-        update="SET #s = :consumed",
-        names={"#s": "state"},
-        values={":consumed": "consumed"},
-    )
-    return True
-
-
-def test_the_naive_consume_admits_several(make_token, machine_factory, admin_key) -> None:
-    token = make_token(requireApproval=True)
-    request_id = join({"joinToken": token["token"], "csr": machine_factory().csr}).body["joinRequest"][
-        "requestId"
-    ]
-    admin = keyauth.verify(admin_key)
-    assert admin is not None
-    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
-    consumed = release_together(lambda i: naive_consume(request_id), 12)
-    assert sum(consumed) > 1

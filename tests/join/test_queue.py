@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from joinplane import aws, clock, join_requests, keyauth
-from tests.conftest import all_items
 from tests.support import call, join, release_together
+from tests.support.table import all_items
 
 
 def defer_machines(make_token, machine_factory, count: int, **token_options: Any) -> list[str]:
@@ -33,6 +33,8 @@ def test_exactly_one_of_concurrent_decisions_writes(verb, make_token, machine_fa
         ).body["key"]
         for _ in range(12)
     ]
+    # When they all decide at once (a read-then-write decision would tell several they decided:
+    # tests/harness/test_race_harness.py, create-once)
     results = release_together(
         lambda i: call(
             f"/api/compute/joinRequests/{verb}",
@@ -222,27 +224,3 @@ def test_keys_see_site_requests_only_through_a_pool_of_that_site(
     assert [r["requestId"] for r in here["requests"]] == [site_request] and here["requests"][0][
         "poolId"
     ] is None
-
-
-def naive_approve(request_id: str, operator: str) -> str:
-    """The bug we avoid: read the request, check it is pending, then write the approval."""
-    from joinplane import store
-    from joinplane.dal.requests import request_key
-
-    item = store.get(*request_key(request_id))
-    assert item is not None
-    if item["state"] != "pending":
-        return str(item["decidedBy"])
-    store.update(
-        *request_key(request_id),
-        update="SET #s = :a, decidedBy = :by",
-        names={"#s": "state"},
-        values={":a": "approved", ":by": operator},
-    )
-    return operator
-
-
-def test_the_naive_approval_lets_several_operators_believe_they_decided(make_token, machine_factory) -> None:
-    [request_id] = defer_machines(make_token, machine_factory, 1)
-    answers = release_together(lambda i: naive_approve(request_id, f"key_{i}"), 12)
-    assert len(set(answers)) > 1
