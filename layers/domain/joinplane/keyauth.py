@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from joinplane import credentials, store
+from joinplane import credentials
+from joinplane.dal import apikeys as apikeys_db
 from joinplane.errors import InvalidArgument
 from joinplane.grants import Grant, Principal
 
@@ -15,21 +16,17 @@ SECRET_PREFIX = "jpk"
 ID_PREFIX = "key"
 
 
-def key_pk(key_id: str) -> str:
-    return f"APIKEY#{key_id}"
-
-
 def verify(bearer: str) -> Principal | None:
     """One GetItem by the id embedded in the secret, then a constant-time digest comparison."""
     parsed = credentials.parse(bearer, SECRET_PREFIX)
     if parsed is None:
         return None
-    item = store.get(key_pk(f"{ID_PREFIX}_{parsed.ulid}"), "APIKEY", consistent=False)
-    if item is None or not credentials.matches(parsed.secret, item["secretSha256"]):
+    key = apikeys_db.get(f"{ID_PREFIX}_{parsed.ulid}", consistent=False)
+    if key is None or not credentials.matches(parsed.secret, key.secret_sha256):
         return None
-    if item.get("state") != "active":
+    if not key.active:
         return None
-    return Principal(item["keyId"], item["tenantId"], tuple(Grant.parse(g) for g in item["grants"]))
+    return Principal(key.key_id, key.tenant_id, tuple(Grant.parse(g) for g in key.grants))
 
 
 def authorizer_context(principal: Principal | None) -> dict[str, Any]:
