@@ -3,7 +3,6 @@ lookup, and a race on one identifier."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from joinplane.dal import dynamo
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
 from tests.attestation import call, dynamodb_calls, make_key, make_site
+from tests.support import release_together
 from tests.support.table import all_items
 
 REGISTER, LIST, REMOVE = (f"/api/compute/discovery/{verb}" for verb in ("register", "list", "remove"))
@@ -412,6 +412,7 @@ def test_lookup_prefers_the_entry_most_identifiers_name_and_lists_the_others(sit
 
 
 def test_eight_concurrent_registrations_of_one_serial_make_exactly_one_entry(table: str) -> None:
+    # Given a site with a pool
     admin = keyauth.verify(install_admin_key("acme", None, "t"))
     assert admin is not None
     from joinplane import pools
@@ -419,11 +420,8 @@ def test_eight_concurrent_registrations_of_one_serial_make_exactly_one_entry(tab
     pools.create(
         admin, pools.CreatePool(tenantId="acme", poolId="p", siteId="site-a", name="P", workspaceId="w")
     )
-    threads = 8
-    barrier = threading.Barrier(threads)
-    results: list[Any] = [None] * threads
 
-    def run(index: int) -> None:
+    def register(index: int) -> Any:
         request = discovery.RegisterEntry(
             tenantId="acme",
             siteId="site-a",
@@ -431,18 +429,12 @@ def test_eight_concurrent_registrations_of_one_serial_make_exactly_one_entry(tab
             macAddresses=[f"aa:bb:cc:dd:ee:{index:02x}"],
             hostname=f"racer-{index}",
         )
-        barrier.wait()
-        try:
-            results[index] = discovery.register(admin, request)
-        except JoinplaneError as refused:
-            results[index] = refused
+        return discovery.register(admin, request)
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    # When eight machines with one serial number register at once
+    results = release_together(register, 8, catch=JoinplaneError)
 
+    # Then one entry is made and every other registration is told it exists
     winners = [r for r in results if isinstance(r, dict)]
     assert len(winners) == 1, results
     assert all(isinstance(r, AlreadyExists) for r in results if not isinstance(r, dict)), results
