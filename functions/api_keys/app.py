@@ -1,25 +1,30 @@
 """POST /api/compute/apiKeys/{create,list,revoke}"""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from joinplane import apikeys, operator_api
 from joinplane.http import HttpRequest
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 routes = operator_api.router("ApiKeysFunction")
 
 
 @routes.operation("apiKeys.create")
-def create(request: HttpRequest) -> dict[str, Any]:
+def create(request: HttpRequest) -> views.ApiKeyCreated:
     return apikeys.create(*operator_api.parse(request, apikeys.CreateApiKey))
 
 
 @routes.operation("apiKeys.list")
-def list_keys(request: HttpRequest) -> dict[str, Any]:
+def list_keys(request: HttpRequest) -> views.ApiKeyList:
     return apikeys.list_keys(*operator_api.parse(request, apikeys.ListApiKeys))
 
 
 @routes.operation("apiKeys.revoke")
-def revoke(request: HttpRequest) -> dict[str, Any]:
+def revoke(request: HttpRequest) -> views.ApiKey:
     return apikeys.revoke(*operator_api.parse(request, apikeys.RevokeApiKey))
 
 

@@ -1,25 +1,30 @@
 """POST /api/compute/joinRequests/{list,approve,reject} (seed 001)"""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from joinplane import join_requests, operator_api
 from joinplane.http import HttpRequest
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 routes = operator_api.router("JoinRequestsFunction")
 
 
 @routes.operation("joinRequests.list")
-def list_requests(request: HttpRequest) -> dict[str, Any]:
+def list_requests(request: HttpRequest) -> views.JoinRequestList:
     return join_requests.list_requests(*operator_api.parse(request, join_requests.ListJoinRequests))
 
 
 @routes.operation("joinRequests.approve")
-def approve(request: HttpRequest) -> dict[str, Any]:
+def approve(request: HttpRequest) -> views.JoinRequest:
     return join_requests.approve(*operator_api.parse(request, join_requests.ApproveJoinRequest))
 
 
 @routes.operation("joinRequests.reject")
-def reject(request: HttpRequest) -> dict[str, Any]:
+def reject(request: HttpRequest) -> views.JoinRequest:
     return join_requests.reject(*operator_api.parse(request, join_requests.DecideJoinRequest))
 
 

@@ -47,6 +47,16 @@ def test_every_function_binds_every_route_the_table_gives_it(function: str) -> N
     assert router.unbound() == []
 
 
+@pytest.mark.parametrize("route", [r for r in routes.ROUTES if r.response], ids=lambda r: r.operation)
+def test_each_handler_is_typed_to_return_the_view_the_table_names(route: routes.Route) -> None:
+    # mypy holds the handler to its annotation and the domain function to the same view; this holds
+    # the annotation to the table, from which the OpenAPI response schema is generated.
+    assert route.response is not None
+    handler = load_function(route.function).routes.handler(route.operation)
+    view = route.response.removeprefix("joinplane.views:")
+    assert handler.__annotations__["return"] == f"views.{view}"
+
+
 def test_every_http_function_has_a_router_from_the_table() -> None:
     # A handler file that answers HTTP without the table's router would escape the check above.
     with_routes = {r.function for r in routes.ROUTES}

@@ -123,6 +123,10 @@ class Router:
     def unbound(self) -> list[str]:
         return [name for name, r in self._table.items() if (r.method, r.path) not in self._handlers]
 
+    def handler(self, operation: str) -> Handler | None:
+        route = self._table[operation]
+        return self._handlers.get((route.method, route.path))
+
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         deadline.begin(context)
         try:
