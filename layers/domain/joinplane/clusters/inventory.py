@@ -41,7 +41,7 @@ _UINT_MAX = 2**64 - 1
 GoUint = Annotated[int, Field(strict=True, ge=0, le=_UINT_MAX)]
 
 # unicode.IsSpace, which strings.TrimSpace uses: the Unicode White_Space property.
-_GO_WHITESPACE = (
+GO_WHITESPACE = (
     "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000"
 )
@@ -114,8 +114,9 @@ class InventoryReport(_GoWireModel):
 EntryInput = InventoryEntry | Mapping[str, Any]
 
 
-def _go_trim_space(value: str) -> str:
-    return value.strip(_GO_WHITESPACE)
+def go_trim_space(value: str) -> str:
+    """Go's strings.TrimSpace (Sylve trims node ids, versions and inventory fields with it)."""
+    return value.strip(GO_WHITESPACE)
 
 
 def _go_lower_rune(char: str) -> str:
@@ -158,11 +159,11 @@ def canonicalize(entries: Iterable[EntryInput]) -> list[InventoryEntry]:
         # well-formed text keeps it well formed, so validating again would only cost cold-start time.
         normalized.append(
             InventoryEntry.model_construct(
-                nodeId=_go_trim_space(entry.nodeId),
-                guestType=_go_lower(_go_trim_space(entry.guestType)),
+                nodeId=go_trim_space(entry.nodeId),
+                guestType=_go_lower(go_trim_space(entry.guestType)),
                 guestId=entry.guestId,
                 recordId=entry.recordId,
-                name=_go_trim_space(entry.name),
+                name=go_trim_space(entry.name),
             )
         )
     # list.sort is stable like Sylve's sort.SliceStable; the key covers every field anyway.
@@ -333,11 +334,11 @@ def merge(
     by default, as in Sylve's conflict report, nothing is excluded.
     """
     joiner_entries = joiner.entries if isinstance(joiner, InventoryReport) else list(joiner)
-    excluded = None if exclude_node_id is None else _go_trim_space(exclude_node_id)
+    excluded = None if exclude_node_id is None else go_trim_space(exclude_node_id)
     combined: list[InventoryEntry] = []
     for raw in registry:
         entry = _as_entry(raw)
-        if excluded is not None and _go_trim_space(entry.nodeId) == excluded:
+        if excluded is not None and go_trim_space(entry.nodeId) == excluded:
             continue
         combined.append(entry)
     combined.extend(_as_entry(entry) for entry in joiner_entries)

@@ -26,8 +26,8 @@ from pydantic import Field
 
 from joinplane import clock, credentials, deadline, errors, ids, pools
 from joinplane.clusters import inventory, sylve_wire
-from joinplane.clusters.inventory import InventoryEntry, InventoryReport
-from joinplane.clusters.sylve_wire import AcceptJoin, go_trim_space
+from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_trim_space
+from joinplane.clusters.sylve_wire import AcceptJoin
 from joinplane.dal import clusters as clusters_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal.clusters import ClusterKey, ClusterNode, GuestBucket

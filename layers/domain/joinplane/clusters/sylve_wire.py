@@ -53,23 +53,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_json_compact
+from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_json_compact, go_trim_space
 from joinplane.errors import JoinplaneError, OutOfTime
 from joinplane.http import HttpRequest, retry_headers
 
 MAX_BODY_BYTES = 1 << 20
 MAX_ID_BYTES = 128
-
-# unicode.IsSpace, which Go's strings.TrimSpace uses.
-GO_WHITESPACE = (
-    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000"
-)
-
-
-def go_trim_space(value: str) -> str:
-    return value.strip(GO_WHITESPACE)
-
 
 # --- the envelope ------------------------------------------------------------------------------
 
