@@ -9,7 +9,6 @@ import re
 import socket
 import threading
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,8 +22,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from joinplane import aws, ca, clock
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from joinplane.settings import settings
-
-from .conftest import Csrs, OpensslTool, openssl
+from tests.support import release_together
+from tests.support.csr import Csrs, OpensslTool, openssl
 
 TENANT, POOL = "acme", "gpu-east"
 # Fresh per run: the threaded moto server's backends are process-global and never reset (conftest).
@@ -634,12 +633,12 @@ def stored_ca_pem(pool: str) -> str:
 
 @pytest.mark.usefixtures("moto_server")
 def test_eight_lambdas_racing_for_a_new_pool_all_get_the_one_stored_ca(
-    monkeypatch: pytest.MonkeyPatch, run_together: Callable[[int, Callable[[], Any]], list[Any]]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given eight containers with cold caches and one Secrets Manager
     monkeypatch.setattr(ca, "_cache", _Forgetful())
     # When they all ask for a fresh pool's CA at the same moment
-    results = run_together(8, lambda: ca.pool_ca_certificate_pem(TENANT, RACE_NATURAL))
+    results = release_together(lambda i: ca.pool_ca_certificate_pem(TENANT, RACE_NATURAL), 8, catch=Exception)
     # Then they all got the same CA, the one that is stored
     assert not [r for r in results if isinstance(r, Exception)], results
     assert set(results) == {stored_ca_pem(RACE_NATURAL)}
@@ -647,7 +646,7 @@ def test_eight_lambdas_racing_for_a_new_pool_all_get_the_one_stored_ca(
 
 @pytest.mark.usefixtures("moto_server")
 def test_when_every_lambda_sees_no_ca_one_create_wins_and_the_losers_adopt_it(
-    monkeypatch: pytest.MonkeyPatch, run_together: Callable[[int, Callable[[], Any]], list[Any]]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given eight cold containers that all read "no CA yet" before any of them creates one: the
     # barrier forces the worst interleaving rather than hoping the scheduler produces it.
@@ -672,7 +671,7 @@ def test_when_every_lambda_sees_no_ca_one_create_wins_and_the_losers_adopt_it(
     monkeypatch.setattr(ca, "_read_ca_secret", read)
     monkeypatch.setattr(ca, "_create_ca_secret", create)
     # When they all generate a CA and try to create it
-    results = run_together(8, lambda: ca.pool_ca_certificate_pem(TENANT, RACE_FORCED))
+    results = release_together(lambda i: ca.pool_ca_certificate_pem(TENANT, RACE_FORCED), 8, catch=Exception)
     # Then exactly one create won, the seven losers read the winner's CA, and everyone uses it
     assert not [r for r in results if isinstance(r, Exception)], results
     assert sorted(creates) == [False] * 7 + [True]

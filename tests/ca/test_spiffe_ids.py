@@ -22,8 +22,7 @@ from joinplane import ca, spiffe
 from joinplane.errors import Internal
 from joinplane.settings import Settings
 from joinplane_local.template import ROOT, Template, load
-
-from .conftest import Csrs, OpensslTool
+from tests.support.csr import Csrs, OpensslTool
 
 DEFAULT_TRUST_DOMAIN = "joinplane.internal"
 TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

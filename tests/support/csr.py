@@ -79,3 +79,77 @@ def csr_for_key(key_path: Path, subject: str = "/CN=again") -> str:
 def openssl_csr(directory: Path, subject: str = "/CN=test") -> str:
     """A P-256 key (`key.pem`) and CSR (`csr.pem`) in `directory`; the CSR's PEM."""
     return make_csr(directory, "p256", subject).pem
+
+
+class Csrs:
+    """CSRs made once per session (RSA 4096 key generation is slow), by kind or from a key file."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._made: dict[str, CsrFile] = {}
+
+    def __getitem__(self, kind: str) -> CsrFile:
+        if kind not in self._made:
+            self._made[kind] = self.fresh(kind, kind)
+        return self._made[kind]
+
+    def fresh(self, kind: str, name: str) -> CsrFile:
+        return make_csr(self.workdir, kind, "/CN=whatever", key_name=f"{name}.key", csr_name=f"{name}.csr")
+
+    def for_key(self, key_path: Path, name: str, subject: str = "/CN=retry") -> str:
+        out = self.workdir / f"{name}.csr"
+        out.write_text(csr_for_key(key_path, subject))
+        return out.read_text()
+
+    def with_key_args(self, name: str, *genpkey_args: str) -> CsrFile:
+        """A CSR for a key openssl genpkey makes (DSA, RSA with an odd exponent...)."""
+        key = self.workdir / f"{name}.key"
+        openssl("genpkey", *genpkey_args, "-out", str(key), cwd=self.workdir)
+        pem = self.for_key(key, name, "/CN=whatever")
+        return CsrFile(pem, key, self.workdir / f"{name}.csr")
+
+
+@dataclass
+class OpensslTool:
+    """What a machine or a verifier does with the openssl CLI: verify a chain, read a certificate,
+    compute a key's join identity."""
+
+    workdir: Path
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        return path
+
+    def verify(
+        self, ca_pem: str, cert_pem: str, purpose: str = "sslclient"
+    ) -> subprocess.CompletedProcess[str]:
+        ca_file, cert_file = self.write("ca.pem", ca_pem), self.write("cert.pem", cert_pem)
+        return openssl(
+            "verify",
+            "-CAfile",
+            str(ca_file),
+            "-purpose",
+            purpose,
+            str(cert_file),
+            cwd=self.workdir,
+            check=False,
+        )
+
+    def text(self, cert_pem: str) -> str:
+        return openssl("x509", "-noout", "-text", cwd=self.workdir, stdin=cert_pem).stdout
+
+    def spki_sha256(self, csr_pem: str) -> str:
+        """The join identity as a machine would compute it, without Python."""
+        public_pem = openssl("req", "-pubkey", "-noout", cwd=self.workdir, stdin=csr_pem).stdout
+        der = subprocess.run(
+            [OPENSSL, "pkey", "-pubin", "-outform", "DER"],
+            input=public_pem.encode(),
+            capture_output=True,
+            check=True,
+        ).stdout
+        return (
+            subprocess.run([OPENSSL, "dgst", "-sha256", "-r"], input=der, capture_output=True, check=True)
+            .stdout.split()[0]
+            .decode()
+        )
