@@ -1,0 +1,135 @@
+"""Typed records of the data-access layer: stored items keep their attribute names and key formats
+(no migration), and the states derived from a record read the clock only through their argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.requests import JoinRequest
+from joinplane.dal.tokens import JoinToken
+
+# Items as the table holds them today, attribute for attribute.
+TOKEN_ITEM: dict[str, Any] = {
+    "pk": "JOINTOKEN#jtok_01hzz",
+    "sk": "JOINTOKEN",
+    "gsi1pk": "TENANT#acme#POOL#gpu#JOINTOKENS",
+    "gsi1sk": "jtok_01hzz",
+    "tokenId": "jtok_01hzz",
+    "tenantId": "acme",
+    "siteId": "eu-1",
+    "poolId": "gpu",
+    "secretSha256": "ab" * 32,
+    "description": "rack 4",
+    "state": "active",
+    "expiresAt": "2026-01-02T00:00:00Z",
+    "expiresAtEpoch": 1_767_312_000,
+    "maxUses": 3,
+    "usesRemaining": 2,
+    "requireApproval": True,
+    "attestation": {"discovery": "defer-unknown", "tpm": "off", "identity": "key"},
+    "createdAt": "2026-01-01T00:00:00Z",
+    "createdBy": "key_01hzz",
+    "ttl": 1_767_312_000 + 35 * 86_400,
+}
+
+REQUEST_ITEM: dict[str, Any] = {
+    "pk": "JREQ#jreq_01hzz",
+    "sk": "JREQ",
+    "gsi1pk": "JREQS#acme#SITE#eu-1#pending",
+    "gsi1sk": "jreq_01hzz",
+    "gsi2pk": "OPENJREQ#3",
+    "gsi2sk": "001767312000#jreq_01hzz",
+    "requestId": "jreq_01hzz",
+    "tenantId": "acme",
+    "siteId": "eu-1",
+    "tokenId": "jtok_01hzz",
+    "identity": "spki-00",
+    "state": "pending",
+    "reasons": [{"attestor": "token", "code": "site_token", "message": "a site token defers"}],
+    "machine": {"fingerprint": "fp", "hostname": "h1"},
+    "csrPublicKeySha256": "cd" * 32,
+    "createdAt": "2026-01-01T00:00:00Z",
+    "expiresAt": "2026-01-02T00:00:00Z",
+    "expiresAtEpoch": 1_767_312_000,
+    "ttl": 1_767_312_000 + 30 * 86_400,
+}
+
+API_KEY_ITEM: dict[str, Any] = {
+    "pk": "APIKEY#key_01hzz",
+    "sk": "APIKEY",
+    "gsi1pk": "TENANT#acme#APIKEYS",
+    "gsi1sk": "key_01hzz",
+    "keyId": "key_01hzz",
+    "tenantId": "acme",
+    "grants": ["compute:*@tenant"],
+    "description": "",
+    "secretSha256": "ef" * 32,
+    "state": "active",
+    "createdAt": "2026-01-01T00:00:00Z",
+    "createdBy": "bootstrap",
+}
+
+
+def stored(item: dict[str, Any]) -> dict[str, Any]:
+    """What DynamoDB keeps of an item: None-valued attributes are never written."""
+    return {k: v for k, v in item.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("record", "item"),
+    [(JoinToken, TOKEN_ITEM), (JoinRequest, REQUEST_ITEM), (ApiKey, API_KEY_ITEM)],
+    ids=["join token", "join request", "api key"],
+)
+def test_a_stored_item_reads_and_writes_back_unchanged(record: Any, item: dict[str, Any]) -> None:
+    assert stored(record.from_item(item).to_item()) == item
+
+
+def test_a_token_made_before_the_identity_setting_is_written_back_without_it() -> None:
+    old = {**TOKEN_ITEM, "attestation": {"discovery": "off", "tpm": "off"}}
+    token = JoinToken.from_item(old)
+    assert token.attestation.identity_policy == "any"
+    assert stored(token.to_item())["attestation"] == {"discovery": "off", "tpm": "off"}
+
+
+EXPIRES = TOKEN_ITEM["expiresAtEpoch"]
+
+
+@pytest.mark.parametrize(
+    ("state", "uses", "now", "read"),
+    [
+        ("active", 2, EXPIRES - 1, "active"),
+        ("active", 2, EXPIRES, "expired"),
+        ("active", 0, EXPIRES - 1, "exhausted"),
+        ("active", 0, EXPIRES, "expired"),
+        ("revoked", 2, EXPIRES - 1, "revoked"),
+        ("revoked", 0, EXPIRES + 1, "revoked"),
+    ],
+)
+def test_a_tokens_state_is_read_at_the_time_given(state: str, uses: int, now: int, read: str) -> None:
+    token = JoinToken.from_item({**TOKEN_ITEM, "state": state, "usesRemaining": uses})
+    assert token.state_at(now) == read
+    assert token.usable_at(now) == (uses > 0 and now < EXPIRES)
+
+
+@pytest.mark.parametrize(
+    ("state", "now", "read"),
+    [
+        ("pending", EXPIRES - 1, "pending"),
+        ("pending", EXPIRES, "expired"),
+        ("approved", EXPIRES, "expired"),
+        ("rejected", EXPIRES + 1, "rejected"),
+        ("consumed", EXPIRES + 1, "consumed"),
+    ],
+)
+def test_an_open_request_past_its_expiry_reads_expired(state: str, now: int, read: str) -> None:
+    assert JoinRequest.from_item({**REQUEST_ITEM, "state": state}).state_at(now) == read
+
+
+def test_a_closed_request_leaves_the_open_requests_index() -> None:
+    request = JoinRequest.from_item({**REQUEST_ITEM, "state": "rejected"})
+    item = request.to_item()
+    assert "gsi2pk" not in item and "gsi2sk" not in item
+    assert item["gsi1pk"] == "JREQS#acme#SITE#eu-1#rejected"
