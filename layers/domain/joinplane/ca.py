@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
 
-from joinplane import aws, clock, container, spiffe
+from joinplane import aws, clock, container, der, spiffe
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from joinplane.settings import settings
 
@@ -184,23 +184,8 @@ _KEY_ALGORITHM_NAMES = {
 
 def _subject_public_key_info(tbs: bytes) -> bytes:
     """The SPKI exactly as the CSR encodes it: the third element of CertificationRequestInfo
-    (version, subject, subjectPKInfo, attributes). cryptography has already checked the DER."""
-    _, offset = _der_header(tbs, 0)
-    for _ in range(2):
-        length, content = _der_header(tbs, offset)
-        offset = content + length
-    length, content = _der_header(tbs, offset)
-    return tbs[offset : content + length]
-
-
-def _der_header(der: bytes, offset: int) -> tuple[int, int]:
-    """(content length, content offset) of the element at `offset`; single-byte tags only, which is
-    all CertificationRequestInfo uses."""
-    first = der[offset + 1]
-    if first < 0x80:
-        return first, offset + 2
-    count = first & 0x7F
-    return int.from_bytes(der[offset + 2 : offset + 2 + count], "big"), offset + 2 + count
+    (version, subject, subjectPKInfo, attributes)."""
+    return der.sequence_element(tbs, 2)
 
 
 # --- Machine certificates -------------------------------------------------------------------------

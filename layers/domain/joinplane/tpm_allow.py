@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from joinplane import clock, pools
+from joinplane import clock, der, pools
 from joinplane.dal import tpm_allow as allow_db
 from joinplane.dal.tpm_allow import AllowedKey
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound
@@ -94,35 +94,18 @@ def ek_hash_from_certificate(pem: str) -> str:
     if match is None:
         raise InvalidCertificate("is not one PEM certificate (-----BEGIN CERTIFICATE-----)")
     try:
-        der = base64.b64decode("".join(match["body"].split()), validate=True)
-        certificate = x509.load_der_x509_certificate(der)
+        encoded = base64.b64decode("".join(match["body"].split()), validate=True)
+        certificate = x509.load_der_x509_certificate(encoded)
     except (ValueError, binascii.Error, x509.InvalidVersion):
         raise InvalidCertificate("is not a valid X.509 certificate") from None
     return spki_sha256(_subject_public_key_info(certificate.tbs_certificate_bytes))
 
 
 def _subject_public_key_info(tbs: bytes) -> bytes:
-    """The seventh element of TBSCertificate (after the optional [0] version, serialNumber,
-    signature, issuer, validity, subject), as encoded. cryptography has already parsed the DER."""
-    _, offset = _der_header(tbs, 0)
-    if tbs[offset] == 0xA0:  # explicit [0] version; absent means v1
-        length, content = _der_header(tbs, offset)
-        offset = content + length
-    for _ in range(5):
-        length, content = _der_header(tbs, offset)
-        offset = content + length
-    length, content = _der_header(tbs, offset)
-    return tbs[offset : content + length]
-
-
-def _der_header(der: bytes, offset: int) -> tuple[int, int]:
-    """(content length, content offset) of the element at `offset`; TBSCertificate's elements up to
-    the SPKI all have single-byte tags."""
-    first = der[offset + 1]
-    if first < 0x80:
-        return first, offset + 2
-    count = first & 0x7F
-    return int.from_bytes(der[offset + 2 : offset + 2 + count], "big"), offset + 2 + count
+    """TBSCertificate's SPKI, as encoded: after serialNumber, signature, issuer, validity and
+    subject, and an explicit [0] version before those unless it is absent (v1)."""
+    first = der.header(tbs, 0)[1]
+    return der.sequence_element(tbs, 6 if tbs[first] == 0xA0 else 5)
 
 
 def view(key: AllowedKey) -> views.AllowedKey:
