@@ -33,39 +33,6 @@ def state_now(request: JoinRequest) -> views.JoinRequestState:
     return request.state_at(clock.epoch())
 
 
-def new_request(
-    *,
-    request_id: str,
-    tenant_id: str,
-    site_id: str,
-    pool_id: str | None,
-    token_id: str,
-    identity: str,
-    csr_public_key_sha256: str | None,
-    reasons: list[dict[str, str]],
-    machine: dict[str, Any],
-    ttl_seconds: int,
-) -> JoinRequest:
-    """A pending request, expiring `ttl_seconds` from now."""
-    now = clock.epoch()
-    expires = int(now) + ttl_seconds
-    return JoinRequest(
-        request_id=request_id,
-        tenant_id=tenant_id,
-        site_id=site_id,
-        pool_id=pool_id,
-        token_id=token_id,
-        identity=identity,
-        state="pending",
-        reasons=reasons,
-        machine=machine,
-        csr_public_key_sha256=csr_public_key_sha256,
-        created_at=clock.rfc3339(now),
-        expires_at=clock.rfc3339(expires),
-        expires_at_epoch=expires,
-    )
-
-
 def view(request: JoinRequest) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
     machine = request.machine
