@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, ca, clock, join, store
+from joinplane import aws, ca, clock, container, store
 from joinplane.settings import settings
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
@@ -37,7 +37,7 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
     os.environ["CA_SECRET_PREFIX"] = f"jp-{suffix}/ca"
     settings.cache_clear()
     clock.reset()
-    join.reset_caches()
+    container.reset()  # a new table: nothing a warm container kept applies to it
     ca.reset()
     yield names.physical["Table"]
     clock.reset()

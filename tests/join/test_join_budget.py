@@ -8,23 +8,26 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, keyauth
-from joinplane import join as join_module_ref
+from joinplane import aws, container, keyauth
 from joinplane.join_requests import ApproveJoinRequest, approve
 from tests.support import join
+
+
+def count_into(counted: Counter[str]) -> None:
+    """Count every call of the container's DynamoDB client (a new container has a new client)."""
+
+    def count(event_name: str, **_: Any) -> None:
+        counted[event_name.rsplit(".", 1)[-1]] += 1
+
+    aws.client("dynamodb").meta.events.register("before-call.dynamodb.*", count, unique_id="budget")
 
 
 @pytest.fixture
 def calls() -> Iterator[Counter[str]]:
     counted: Counter[str] = Counter()
-
-    def count(event_name: str, **_: Any) -> None:
-        counted[event_name.rsplit(".", 1)[-1]] += 1
-
-    events = aws.client("dynamodb").meta.events
-    events.register("before-call.dynamodb.*", count)
+    count_into(counted)
     yield counted
-    events.unregister("before-call.dynamodb.*", count)
+    aws.client("dynamodb").meta.events.unregister("before-call.dynamodb.*", unique_id="budget")
 
 
 def test_a_warm_admit_is_one_token_read_and_one_transaction(make_token, machine_factory, calls) -> None:
@@ -41,7 +44,8 @@ def test_a_warm_admit_is_one_token_read_and_one_transaction(make_token, machine_
 def test_a_cold_admit_adds_one_read_for_the_pool(make_token, machine_factory, calls) -> None:
     token = make_token()
     csr = machine_factory().csr
-    join_module_ref.reset_caches()  # a new container: no pool cached (the CA lives in Secrets Manager)
+    container.reset()  # a new container: no pool cached (the CA lives in Secrets Manager)
+    count_into(calls)
     calls.clear()
     assert join({"joinToken": token["token"], "csr": csr}).status == 200
     assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})

@@ -2,23 +2,19 @@
 digest and replaced on every re-join), a certificate from its pool's CA, and what it said about
 itself when it joined.
 
-Stored items:
-- `MACHINE#<machineId>` / `MACHINE`, listed per pool through gsi1 (`MACHINES#<tenant>#<pool>`).
-- `JOINID#<tenant>#<identity>` / `JOINID`: the join identity (SHA-256 of the CSR's public key, or
-  of the fingerprint without a CSR) → its latest request and its machine. A retry or re-join finds
-  its history here; `version` makes every change to it a compare-and-set.
-- `HWCLAIM#<tenant>#<kind>#<value>` / `HWCLAIM`: a serial number or system UUID held by an active
-  machine, so a cloned image (same serial, new key) is noticed in the same transaction that admits.
+The records (Machine, the join Identity, HardwareClaim) and their keys are in
+`joinplane.dal.machines`; this module is what operators and machine tokens may do with them.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, credentials, errors, store
+from joinplane import clock, credentials, errors
+from joinplane.dal import machines as machines_db
+from joinplane.dal.machines import Machine
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
@@ -51,35 +47,19 @@ class RevokeMachine(MachineRef):
     reason: str | None = Field(default=None, max_length=256, pattern=TEXT)
 
 
-def machine_key(machine_id: str) -> tuple[str, str]:
-    return f"MACHINE#{machine_id}", "MACHINE"
-
-
-def identity_key(tenant_id: str, identity: str) -> tuple[str, str]:
-    return f"JOINID#{tenant_id}#{identity}", "JOINID"
-
-
-def claim_key(tenant_id: str, kind: str, value: str) -> tuple[str, str]:
-    return f"HWCLAIM#{tenant_id}#{kind}#{value}", "HWCLAIM"
-
-
-def pool_partition(tenant_id: str, pool_id: str) -> str:
-    return f"MACHINES#{tenant_id}#{pool_id}"
-
-
 def mint_token(machine_id: str) -> str:
     return credentials.mint(TOKEN_PREFIX, machine_id.removeprefix(f"{ID_PREFIX}_"))
 
 
-def view(item: dict[str, Any]) -> views.Machine:
-    facts = item.get("facts") or {}
+def view(machine: Machine) -> views.Machine:
+    facts = machine.facts
     return {
-        "machineId": item["machineId"],
-        "tenantId": item["tenantId"],
-        "siteId": item["siteId"],
-        "poolId": item["poolId"],
-        "state": item["state"],
-        "schedulable": item.get("schedulable", True),
+        "machineId": machine.machine_id,
+        "tenantId": machine.tenant_id,
+        "siteId": machine.site_id,
+        "poolId": machine.pool_id,
+        "state": "active" if machine.active else "revoked",
+        "schedulable": machine.schedulable,
         "hostname": facts.get("hostname", ""),
         "os": facts.get("os", ""),
         "arch": facts.get("arch", ""),
@@ -89,26 +69,26 @@ def view(item: dict[str, Any]) -> views.Machine:
         "hardware": facts.get("hardware", {}),
         "tpm": facts.get("tpm", {}),
         "preflight": facts.get("preflight", []),
-        "workerImageBaseline": item.get("workerImageBaseline"),
-        "certificateSerial": item.get("certificateSerial"),
-        "certificateExpiresAt": item.get("certificateExpiresAt"),
-        "requestId": item.get("requestId"),
-        "tokenId": item.get("tokenId"),
-        "joinedAt": item["joinedAt"],
-        "rejoinedAt": item.get("rejoinedAt"),
-        "revokedAt": item.get("revokedAt"),
-        "revokedBy": item.get("revokedBy"),
-        "revokeReason": item.get("revokeReason"),
+        "workerImageBaseline": machine.worker_image_baseline,
+        "certificateSerial": machine.certificate_serial,
+        "certificateExpiresAt": machine.certificate_expires_at,
+        "requestId": machine.request_id,
+        "tokenId": machine.token_id,
+        "joinedAt": machine.joined_at,
+        "rejoinedAt": machine.rejoined_at,
+        "revokedAt": machine.revoked_at,
+        "revokedBy": machine.revoked_by,
+        "revokeReason": machine.revoke_reason,
     }
 
 
-def _load(principal: Principal, tenant_id: str, machine_id: str, permission: str) -> dict[str, Any]:
+def _load(principal: Principal, tenant_id: str, machine_id: str, permission: str) -> Machine:
     principal.check_tenant(tenant_id)
-    item = store.get(*machine_key(machine_id))
-    if item is None or item["tenantId"] != tenant_id:
+    machine = machines_db.get(machine_id)
+    if machine is None or machine.tenant_id != tenant_id:
         raise NotFound("machine not found")
-    principal.authorize(permission, Resource(tenant_id, item["siteId"], item["poolId"], kind="machine"))
-    return item
+    principal.authorize(permission, Resource(tenant_id, machine.site_id, machine.pool_id, kind="machine"))
+    return machine
 
 
 def get(principal: Principal, request: MachineRef) -> views.Machine:
@@ -119,62 +99,38 @@ def list_machines(principal: Principal, request: ListMachines) -> views.MachineL
     from joinplane import pools
 
     pools.load(principal, request.tenantId, request.poolId, READ)
-    page = store.query(
-        pk=pool_partition(request.tenantId, request.poolId),
-        index="gsi1",
-        limit=request.limit,
-        sk_after=request.cursor,
+    page = machines_db.list_in_pool(
+        request.tenantId, request.poolId, after=request.cursor, limit=request.limit
     )
-    machines = [view(item) for item in page.items if request.state in ("all", item["state"])]
-    result: views.MachineList = {"machines": machines}
-    if page.last_key is not None and page.items:
-        result["nextCursor"] = page.items[-1]["machineId"]
+    result: views.MachineList = {
+        "machines": [view(m) for m in page.machines if request.state in ("all", m.state)]
+    }
+    if page.more and page.machines:
+        result["nextCursor"] = page.machines[-1].machine_id
     return result
 
 
 def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     """Ban the machine: its token and re-joins stop working, its hardware ids are released. The
     identity record keeps pointing at the revoked machine, so the same key cannot join again."""
-    item = _load(principal, request.tenantId, request.machineId, WRITE)
-    if item["state"] == "revoked":
-        return view(item)
-    writes = [
-        store.Write(
-            "Update",
-            *machine_key(request.machineId),
-            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason",
-            condition="#state = :active",
-            names={"#state": "state"},
-            values={
-                ":revoked": "revoked",
-                ":active": "active",
-                ":now": clock.rfc3339(clock.now()),
-                ":by": principal.key_id,
-                ":reason": request.reason or "",
-            },
-        )
-    ]
-    for kind, value in item.get("claims", []):
-        pk, sk = claim_key(item["tenantId"], kind, value)
-        writes.append(
-            store.Write(
-                "Delete", pk=pk, sk=sk, condition="machineId = :me", values={":me": request.machineId}
-            )
-        )
-    # Revoked concurrently: the loser reads what won.
-    with contextlib.suppress(store.TransactionCanceled):
-        store.transact(writes)
+    machine = _load(principal, request.tenantId, request.machineId, WRITE)
+    if not machine.active:
+        return view(machine)
+    machines_db.revoke(
+        machine, by=principal.key_id, reason=request.reason or "", now=clock.rfc3339(clock.now())
+    )
+    # Revoked concurrently or not, answer with what is stored now.
     return view(_load(principal, request.tenantId, request.machineId, WRITE))
 
 
-def authenticate(machine_token: str) -> dict[str, Any]:
+def authenticate(machine_token: str) -> Machine:
     """The machine a machine token belongs to: 16 for anything unknown, 7 for a revoked machine."""
     parsed = credentials.parse(machine_token, TOKEN_PREFIX)
     if parsed is None:
         raise Unauthenticated("machine token is not valid", reason=errors.MACHINE_TOKEN_INVALID)
-    item = store.get(*machine_key(f"{ID_PREFIX}_{parsed.ulid}"))
-    if item is None or not credentials.matches(parsed.secret, item["machineTokenSha256"]):
+    machine = machines_db.get(f"{ID_PREFIX}_{parsed.ulid}")
+    if machine is None or not credentials.matches(parsed.secret, machine.machine_token_sha256):
         raise Unauthenticated("machine token is not valid", reason=errors.MACHINE_TOKEN_INVALID)
-    if item["state"] != "active":
+    if not machine.active:
         raise PermissionDenied("this machine has been revoked", reason=errors.MACHINE_REVOKED)
-    return item
+    return machine

@@ -1,0 +1,333 @@
+"""Machines, join identities and hardware claims in the table.
+
+- Machine: `MACHINE#<machineId>` / `MACHINE`, listed per pool through gsi1
+  (`MACHINES#<tenant>#<pool>`, sorted by machineId).
+- Identity: `JOINID#<tenant>#<identity>` / `JOINID`: the join identity (SHA-256 of the CSR's public
+  key, or `fp-` + SHA-256 of the fingerprint without a CSR) → its latest request and its machine.
+  A retry or re-join finds its history here; `version` makes every change to it a compare-and-set,
+  `proofAt` is the newest accepted proof of possession (joinplane.proof).
+- HardwareClaim: `HWCLAIM#<tenant>#<kind>#<value>` / `HWCLAIM`: a serial number or system UUID held
+  by an active machine, so a cloned image (same serial, new key) is noticed in the same transaction
+  that admits.
+
+The transactions that create and change these during joins live in `joinplane.dal.joins`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from joinplane.dal import dynamo
+from joinplane.dal.dynamo import Item
+
+# The attribute of the identity record that holds the newest accepted proof's `t` (ms).
+PROOF_MARK = "proofAt"
+
+Claim = tuple[str, str]  # (kind, value): ("serial", "ABC123") or ("uuid", "…")
+
+
+def machine_key(machine_id: str) -> tuple[str, str]:
+    return f"MACHINE#{machine_id}", "MACHINE"
+
+
+def identity_key(tenant_id: str, identity: str) -> tuple[str, str]:
+    return f"JOINID#{tenant_id}#{identity}", "JOINID"
+
+
+def claim_key(tenant_id: str, kind: str, value: str) -> tuple[str, str]:
+    return f"HWCLAIM#{tenant_id}#{kind}#{value}", "HWCLAIM"
+
+
+def pool_partition(tenant_id: str, pool_id: str) -> str:
+    return f"MACHINES#{tenant_id}#{pool_id}"
+
+
+@dataclass(frozen=True)
+class Machine:
+    machine_id: str
+    tenant_id: str
+    site_id: str
+    pool_id: str
+    identity: str
+    token_id: str | None
+    state: str  # "active" | "revoked"
+    machine_token_sha256: str
+    token_generation: int
+    schedulable: bool
+    facts: dict[str, Any]
+    joined_at: str
+    request_id: str | None = None
+    worker_image_baseline: str | None = None
+    claims: tuple[Claim, ...] = ()
+    certificate_serial: str | None = None
+    certificate_expires_at: str | None = None
+    rejoined_at: str | None = None
+    revoked_at: str | None = None
+    revoked_by: str | None = None
+    revoke_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+    @classmethod
+    def from_item(cls, item: Item) -> Machine:
+        return cls(
+            machine_id=item["machineId"],
+            tenant_id=item["tenantId"],
+            site_id=item["siteId"],
+            pool_id=item["poolId"],
+            identity=item["identity"],
+            token_id=item.get("tokenId"),
+            state=item["state"],
+            machine_token_sha256=item["machineTokenSha256"],
+            token_generation=int(item.get("tokenGeneration", 1)),
+            schedulable=bool(item.get("schedulable", True)),
+            facts=item.get("facts") or {},
+            joined_at=item["joinedAt"],
+            request_id=item.get("requestId"),
+            worker_image_baseline=item.get("workerImageBaseline"),
+            claims=tuple((str(k), str(v)) for k, v in item.get("claims") or []),
+            certificate_serial=item.get("certificateSerial"),
+            certificate_expires_at=item.get("certificateExpiresAt"),
+            rejoined_at=item.get("rejoinedAt"),
+            revoked_at=item.get("revokedAt"),
+            revoked_by=item.get("revokedBy"),
+            revoke_reason=item.get("revokeReason"),
+        )
+
+    def to_item(self) -> Item:
+        pk, sk = machine_key(self.machine_id)
+        return {
+            "pk": pk,
+            "sk": sk,
+            "gsi1pk": pool_partition(self.tenant_id, self.pool_id),
+            "gsi1sk": self.machine_id,
+            "machineId": self.machine_id,
+            "tenantId": self.tenant_id,
+            "siteId": self.site_id,
+            "poolId": self.pool_id,
+            "identity": self.identity,
+            "tokenId": self.token_id,
+            "requestId": self.request_id,
+            "state": self.state,
+            "machineTokenSha256": self.machine_token_sha256,
+            "tokenGeneration": self.token_generation,
+            "schedulable": self.schedulable,
+            "facts": self.facts,
+            "workerImageBaseline": self.worker_image_baseline,
+            "claims": [list(c) for c in self.claims],
+            "certificateSerial": self.certificate_serial,
+            "certificateExpiresAt": self.certificate_expires_at,
+            "joinedAt": self.joined_at,
+            "rejoinedAt": self.rejoined_at,
+            "revokedAt": self.revoked_at,
+            "revokedBy": self.revoked_by,
+            "revokeReason": self.revoke_reason,
+        }
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A join identity's history: the token and place it first joined through, its pending request
+    (`request_id`) or its machine (`machine_id`), and whether a renewal retired its key."""
+
+    tenant_id: str
+    identity: str
+    token_id: str | None
+    site_id: str
+    version: int
+    created_at: str
+    updated_at: str
+    pool_id: str | None = None
+    machine_id: str | None = None
+    request_id: str | None = None
+    proof_at: int | None = None
+    retired: bool = False
+    retired_at: str | None = None
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        tenant_id: str,
+        identity: str,
+        token_id: str | None,
+        site_id: str,
+        now: str,
+        pool_id: str | None = None,
+        machine_id: str | None = None,
+        request_id: str | None = None,
+        proof_at: int | None = None,
+    ) -> Identity:
+        """A first record for a key: a fresh join (with its machine or its request) or the new key
+        of a renewal that rotates (with the machine it moves to)."""
+        return cls(
+            tenant_id=tenant_id,
+            identity=identity,
+            token_id=token_id,
+            site_id=site_id,
+            version=1,
+            created_at=now,
+            updated_at=now,
+            pool_id=pool_id,
+            machine_id=machine_id,
+            request_id=request_id,
+            proof_at=proof_at,
+        )
+
+    def holds_proof_at_or_after(self, timestamp_ms: int) -> bool:
+        """Whether this record already accepted a proof at least as new: that proof is a replay."""
+        return self.proof_at is not None and self.proof_at >= timestamp_ms
+
+    @classmethod
+    def from_item(cls, item: Item) -> Identity:
+        proof_at = item.get(PROOF_MARK)
+        return cls(
+            tenant_id=item["tenantId"],
+            identity=item["identity"],
+            token_id=item.get("tokenId"),
+            site_id=item["siteId"],
+            version=int(item.get("version", 1)),
+            created_at=item.get("createdAt", ""),
+            updated_at=item.get("updatedAt", ""),
+            pool_id=item.get("poolId"),
+            machine_id=item.get("machineId"),
+            request_id=item.get("requestId"),
+            proof_at=int(proof_at) if proof_at is not None else None,
+            retired=bool(item.get("retired", False)),
+            retired_at=item.get("retiredAt"),
+        )
+
+    def to_item(self) -> Item:
+        pk, sk = identity_key(self.tenant_id, self.identity)
+        return {
+            "pk": pk,
+            "sk": sk,
+            "tenantId": self.tenant_id,
+            "identity": self.identity,
+            "tokenId": self.token_id,
+            "siteId": self.site_id,
+            "poolId": self.pool_id,
+            "machineId": self.machine_id,
+            "requestId": self.request_id,
+            "version": self.version,
+            PROOF_MARK: self.proof_at,
+            "retired": self.retired or None,
+            "retiredAt": self.retired_at,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class HardwareClaim:
+    tenant_id: str
+    kind: str  # "serial" | "uuid"
+    value: str
+    machine_id: str
+
+    @classmethod
+    def from_item(cls, item: Item) -> HardwareClaim:
+        return cls(
+            tenant_id=item["pk"].split("#", 2)[1],
+            kind=item["kind"],
+            value=item["value"],
+            machine_id=item["machineId"],
+        )
+
+    def to_item(self) -> Item:
+        pk, sk = claim_key(self.tenant_id, self.kind, self.value)
+        return {"pk": pk, "sk": sk, "machineId": self.machine_id, "kind": self.kind, "value": self.value}
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+def get(machine_id: str) -> Machine | None:
+    item = dynamo.get(*machine_key(machine_id))
+    return Machine.from_item(item) if item else None
+
+
+def get_identity(tenant_id: str, identity: str) -> Identity | None:
+    item = dynamo.get(*identity_key(tenant_id, identity))
+    return Identity.from_item(item) if item else None
+
+
+@dataclass(frozen=True)
+class MachinePage:
+    machines: list[Machine]  # the page as read, before any filter
+    more: bool  # a page may follow the last machine read
+
+
+def list_in_pool(tenant_id: str, pool_id: str, *, after: str | None, limit: int) -> MachinePage:
+    """One page of the pool's machines in machineId order, after the machine `after`."""
+    page = dynamo.query(pk=pool_partition(tenant_id, pool_id), index="gsi1", limit=limit, sk_after=after)
+    return MachinePage([Machine.from_item(item) for item in page.items], page.last_key is not None)
+
+
+# --- writes ------------------------------------------------------------------------------------
+
+
+def revoke(machine: Machine, *, by: str, reason: str, now: str) -> bool:
+    """Revoke an active machine and release its hardware claims, in one transaction. False when it
+    was revoked concurrently (the caller reads what won)."""
+    writes = [
+        dynamo.Write(
+            "Update",
+            *machine_key(machine.machine_id),
+            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason",
+            condition="#state = :active",
+            names={"#state": "state"},
+            values={":revoked": "revoked", ":active": "active", ":now": now, ":by": by, ":reason": reason},
+            name="machine",
+        ),
+        *(
+            dynamo.Write(
+                "Delete",
+                *claim_key(machine.tenant_id, kind, value),
+                condition="machineId = :me",
+                values={":me": machine.machine_id},
+                name="release",
+                subject=(kind, value),
+            )
+            for kind, value in machine.claims
+        ),
+    ]
+    with contextlib.suppress(dynamo.TransactionCanceled):
+        dynamo.transact(writes)
+        return True
+    return False
+
+
+def claim(tenant_id: str, machine_id: str, claims: list[Claim]) -> list[dynamo.Write]:
+    """Transaction actions that claim hardware ids for a machine: each holds unless another machine
+    holds it (a cancellation names it `claim`, subject `(kind, value)`)."""
+    return [
+        dynamo.Write(
+            "Put",
+            item=HardwareClaim(tenant_id, kind, value, machine_id).to_item(),
+            condition="attribute_not_exists(pk) OR machineId = :me",
+            values={":me": machine_id},
+            name="claim",
+            subject=(kind, value),
+        )
+        for kind, value in claims
+    ]
+
+
+def release(tenant_id: str, machine_id: str, claims: list[Claim]) -> list[dynamo.Write]:
+    """Transaction actions that release hardware ids a machine no longer reports (never another's)."""
+    return [
+        dynamo.Write(
+            "Delete",
+            *claim_key(tenant_id, kind, value),
+            condition="attribute_not_exists(pk) OR machineId = :me",
+            values={":me": machine_id},
+            name="release",
+            subject=(kind, value),
+        )
+        for kind, value in claims
+    ]

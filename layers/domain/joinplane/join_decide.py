@@ -1,0 +1,367 @@
+"""The join's decisions (docs/join.md, "The decision, in order"), as pure functions of typed facts.
+
+No I/O and no clock: `joinplane.join` reads the facts (token, pool, the identity's record, its
+machine or request, the attestors' votes, the proof it verified, the time), asks here what they
+mean, and commits the outcome through `joinplane.dal.joins`. A refusal is an outcome (`Refuse`)
+carrying the error to answer with, so every rule is one row of tests/join/test_join_decisions.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from joinplane import attestors, errors, proof
+from joinplane.attestors import Vote
+from joinplane.dal.machines import Identity, Machine
+from joinplane.dal.pools import Pool
+from joinplane.dal.requests import JoinRequest
+from joinplane.dal.tokens import JoinToken
+from joinplane.errors import (
+    Aborted,
+    FailedPrecondition,
+    Internal,
+    JoinplaneError,
+    PermissionDenied,
+    Unauthenticated,
+)
+
+# One message for every token refusal: unknown, revoked, expired and used up look alike.
+REFUSED = "join token is not valid"
+# Told to the holder of another pool's token: the same words whether the key has a machine or a
+# request elsewhere, so the answer does not say where (or that) this key is known.
+ELSEWHERE = "this join token cannot be used for this key; join with a token of the key's own pool"
+# Identities without a key: `fp-` + SHA-256 of the machineFingerprint. Nothing to prove with.
+FINGERPRINT_PREFIX = "fp-"
+
+REVOKED = "this machine has been revoked"
+RETIRED = "this key was replaced when the machine renewed with a new key"
+CONCURRENT = "a concurrent join for this machine won; retry"
+
+
+# --- facts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Presented:
+    """The key (join identity) the caller joins as and the proof of possession it verified."""
+
+    identity: str
+    proof_ms: int | None = None  # the verified proof's `t`; None: no proof sent
+
+    @property
+    def fingerprint_only(self) -> bool:
+        return self.identity.startswith(FINGERPRINT_PREFIX)
+
+
+# --- outcomes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refuse:
+    error: JoinplaneError
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A fresh join is admitted: a new machine."""
+
+
+@dataclass(frozen=True)
+class Defer:
+    """A fresh join waits for an operator: a new join request holding every vote's reason."""
+
+    votes: tuple[Vote, ...]
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """Same identity, same pool: the same machine gets new credentials."""
+
+    machine: Machine
+
+
+@dataclass(frozen=True)
+class StillPending:
+    """A retry while the request is pending: the same 202. A proof sent moves the identity's mark
+    (`accept_proof`), so the same signed request cannot consume the approval that comes later."""
+
+    request: JoinRequest
+    accept_proof: bool
+
+
+@dataclass(frozen=True)
+class ConsumeApproval:
+    """The approved request admits exactly this one join."""
+
+    request: JoinRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A dry run's answer: what a join would do now, and why."""
+
+    verdict: str  # admit | defer | deny
+    message: str
+
+
+History = Rejoin | StillPending | ConsumeApproval | Refuse
+
+
+def _fails(outcome: object) -> JoinplaneError | None:
+    return outcome.error if isinstance(outcome, Refuse) else None
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+
+def pool_usable(pool: Pool | None) -> Refuse | None:
+    """Joins, retries and re-joins need the token's pool to exist and be active."""
+    if pool is None:
+        return Refuse(
+            FailedPrecondition("the pool of this join token no longer exists", reason=errors.POOL_NOT_FOUND)
+        )
+    if not pool.active:
+        return Refuse(
+            FailedPrecondition("the pool is archived and takes no new joins", reason=errors.POOL_ARCHIVED)
+        )
+    return None
+
+
+def spent_token(token: JoinToken, record: Identity | None) -> Refuse | None:
+    """An expired or used-up token still serves the retries and re-joins it started, and nothing
+    else: every other refusal reads as an unknown token."""
+    if record is None or record.token_id != token.token_id:
+        return Refuse(Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID))
+    return None
+
+
+def fresh(votes: list[Vote]) -> Admit | Defer | Refuse:
+    """A key seen for the first time: any deny denies, else any defer defers, else admit."""
+    verdict = attestors.verdict(votes)
+    if verdict == attestors.DENY:
+        return Refuse(_denied(votes))
+    if verdict == attestors.DEFER:
+        return Defer(tuple(votes))
+    return Admit()
+
+
+def _denied(votes: list[Vote]) -> PermissionDenied:
+    messages = [v.message for v in votes if v.verdict == attestors.DENY]
+    return PermissionDenied("join denied: " + "; ".join(messages), reason=errors.JOIN_DENIED)
+
+
+def place(token: JoinToken, site_id: str, pool_id: str | None) -> Refuse | None:
+    """A retry or re-join must come through a token of the same site, and of the same pool when both
+    name one: another pool's token cannot consume, peek at or re-join this machine's history."""
+    if token.site_id != site_id or (token.pool_id and pool_id and token.pool_id != pool_id):
+        return Refuse(FailedPrecondition(ELSEWHERE, reason=errors.WRONG_POOL))
+    return None
+
+
+def screen(token: JoinToken, record: Identity) -> Refuse | None:
+    """What is decided from the identity's record alone, before its machine or request is read.
+    First the place: another pool's token learns nothing of this key, not even that it was revoked
+    or replaced."""
+    refused = place(token, record.site_id, record.pool_id)
+    if refused is None and record.retired:
+        refused = Refuse(PermissionDenied(RETIRED, reason=errors.KEY_RETIRED))
+    return refused
+
+
+def proof_required(presented: Presented) -> Refuse | None:
+    """Credentials for an identity that already exists need fresh possession of its key. A
+    fingerprint identity has no key to prove with: `attestation.identity: key` refuses those."""
+    if presented.proof_ms is None and not presented.fingerprint_only:
+        return Refuse(Unauthenticated(proof.REQUIRED, reason=errors.PROOF_REQUIRED))
+    return None
+
+
+def history(
+    token: JoinToken,
+    presented: Presented,
+    record: Identity,
+    *,
+    machine: Machine | None,
+    request: JoinRequest | None,
+    now: float,
+) -> History:
+    """A key that has joined before: its machine (read when the record names one) or its request."""
+    refused = screen(token, record)
+    if refused:
+        return refused
+    if record.machine_id:
+        if machine is None:
+            return Refuse(Internal("join identity points at a missing machine"))
+        if not machine.active:
+            return Refuse(PermissionDenied(REVOKED, reason=errors.MACHINE_REVOKED))
+        return place(token, machine.site_id, machine.pool_id) or proof_required(presented) or Rejoin(machine)
+    if request is None:
+        return Refuse(
+            PermissionDenied(
+                "the join request of this key no longer exists; join again with a new key",
+                reason=errors.JOIN_REQUEST_EXPIRED,
+            )
+        )
+    refused = place(token, request.site_id, request.pool_id)
+    if refused:
+        return refused
+    state = request.state_at(now)
+    if state == "pending":
+        return StillPending(request, accept_proof=presented.proof_ms is not None)
+    if state == "approved":
+        return proof_required(presented) or ConsumeApproval(request)
+    return Refuse(request_closed(request, state))
+
+
+def request_closed(request: JoinRequest, state: str) -> JoinplaneError:
+    """A request that can admit nothing (any more): rejected, expired, or consumed by another join."""
+    if state == "rejected":
+        why = f": {request.reason}" if request.reason else ""
+        return PermissionDenied(
+            f"join request {request.request_id} was rejected{why}",
+            reason=errors.JOIN_REQUEST_REJECTED,
+            metadata=_request_metadata(request),
+        )
+    if state == "expired":
+        return PermissionDenied(
+            f"join request {request.request_id} has expired; join again with a new key",
+            reason=errors.JOIN_REQUEST_EXPIRED,
+            metadata={"requestId": request.request_id},
+        )
+    return Aborted("this join request was consumed by a concurrent join; retry")
+
+
+def _request_metadata(request: JoinRequest) -> dict[str, str]:
+    """ErrorInfo metadata of a refused join request: its id, and the operator's reason if given."""
+    metadata = {"requestId": request.request_id}
+    if request.reason:
+        metadata["rejectionReason"] = request.reason
+    return metadata
+
+
+def rejoin_votes(votes: list[Vote]) -> Refuse | None:
+    """A re-join was admitted before: only attestors that deny can stop it."""
+    if any(v.verdict == attestors.DENY for v in votes):
+        return Refuse(_denied(votes))
+    return None
+
+
+# --- after a lost condition --------------------------------------------------------------------
+
+
+def identity_moved(presented: Presented, version_read: int, current: Identity | None) -> JoinplaneError:
+    """Why the identity record's compare-and-set failed: another join moved it on (retry), or this
+    proof is not newer than one already accepted for the key (a replay)."""
+    if (
+        current is not None
+        and current.version == version_read
+        and presented.proof_ms is not None
+        and current.holds_proof_at_or_after(presented.proof_ms)
+    ):
+        return Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
+    return Aborted(CONCURRENT)
+
+
+def approval_lost(current: JoinRequest | None, read: JoinRequest, now: float) -> JoinplaneError:
+    """The consuming transaction found the request changed (`current`, None: gone): closed
+    meanwhile, or consumed by a concurrent retry (whose winner a later retry re-joins as)."""
+    state = current.state_at(now) if current else "expired"
+    if state in ("rejected", "expired"):
+        return PermissionDenied(
+            f"join request {read.request_id} is {state}",
+            reason=errors.JOIN_REQUEST_REJECTED if state == "rejected" else errors.JOIN_REQUEST_EXPIRED,
+            metadata=_request_metadata(current or read),
+        )
+    return Aborted("this approval was consumed by a concurrent join; retry")
+
+
+def machine_lost(current: Machine | None) -> JoinplaneError:
+    """The re-join's machine changed under it: revoked, or re-joined by a concurrent call."""
+    if current is None or not current.active:
+        return PermissionDenied(REVOKED, reason=errors.MACHINE_REVOKED)
+    return Aborted(CONCURRENT)
+
+
+# --- renewals ----------------------------------------------------------------------------------
+
+
+def renewable(machine: Machine) -> Refuse | None:
+    """A machine that joined with a fingerprint only has no key and no certificate: nothing but its
+    bearer token would tie a new key to it."""
+    if machine.identity.startswith(FINGERPRINT_PREFIX):
+        return Refuse(
+            FailedPrecondition(
+                "this machine joined with a fingerprint only and has no certificate to renew; "
+                "join with a csr to get a key-bound identity",
+                reason=errors.MACHINE_HAS_NO_KEY,
+            )
+        )
+    return None
+
+
+def renewal_identity_lost(machine: Machine, current: Identity | None) -> JoinplaneError:
+    """The current key's record refused the renewal: still this machine's (the proof is a replay),
+    or no longer (the machine was revoked or its token replaced)."""
+    if current is not None and current.machine_id == machine.machine_id:
+        return Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
+    return renewal_machine_lost()
+
+
+def renewal_machine_lost() -> JoinplaneError:
+    return PermissionDenied(
+        "this machine has been revoked or its token replaced", reason=errors.MACHINE_REVOKED
+    )
+
+
+def key_in_use() -> JoinplaneError:
+    return FailedPrecondition(
+        "this key already belongs to another machine identity", reason=errors.KEY_IN_USE
+    )
+
+
+# --- dry runs ----------------------------------------------------------------------------------
+
+
+def dry_run_fresh(votes: list[Vote]) -> Verdict:
+    """A key not seen before (after the token and pool checks a join makes first): the attestors'
+    verdict."""
+    return Verdict(attestors.verdict(votes), "; ".join(v.message for v in votes))
+
+
+def dry_run_history(
+    token: JoinToken,
+    presented: Presented,
+    record: Identity,
+    *,
+    machine: Machine | None,
+    request: JoinRequest | None,
+    now: float,
+) -> Verdict | Refuse:
+    """A known key (through a token that serves it, see `spent_token`): what its retry or re-join
+    would get. Never says more than the join would: another pool's token is refused as the join
+    refuses it; what the history itself refuses (revoked, retired, rejected, expired, proof
+    missing) is a `deny` verdict."""
+    refused = place(token, record.site_id, record.pool_id)
+    if refused:
+        return refused
+    if record.retired:
+        return Verdict("deny", RETIRED)
+    if record.machine_id:
+        if machine is None or not machine.active:
+            return Verdict("deny", REVOKED)
+        refused = place(token, machine.site_id, machine.pool_id)
+        if refused:
+            return refused
+        missing = _fails(proof_required(presented))
+        return Verdict("deny", missing.message) if missing else Verdict("admit", "re-join of this machine")
+    if request is not None:
+        refused = place(token, request.site_id, request.pool_id)
+        if refused:
+            return refused
+    state = request.state_at(now) if request else "expired"
+    if state == "approved":
+        missing = _fails(proof_required(presented))
+        if missing:
+            return Verdict("deny", missing.message)
+    verdict = {"pending": "defer", "approved": "admit"}.get(state, "deny")
+    return Verdict(verdict, f"join request {record.request_id} is {state}")

@@ -1,0 +1,187 @@
+"""What a join presents, read into facts before anything is decided (docs/join.md, steps 1 to 4): the
+token, the join identity, the proof of possession, the EK, the hardware ids it will claim, the
+preflight checks, and the lookups the attestors vote on. Every refusal here is made before any
+write, so it leaves no trace."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from joinplane import attestors, credentials, errors, proof, tokens
+from joinplane.dal import tokens as tokens_db
+from joinplane.dal.machines import Claim
+from joinplane.dal.tokens import JoinToken
+from joinplane.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
+from joinplane.join_wire import JoinMachineRequest
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One join call, read: its request, its token, the identity it joins as, its CSR (if any),
+    its EK hash and the `t` of the proof of possession it verified (None: no proof sent)."""
+
+    request: JoinMachineRequest
+    token: JoinToken
+    identity: str
+    csr: Any  # ca.Csr | None; typed loosely so this module does not import cryptography
+    ek_sha256: str
+    proof_ms: int | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.token.tenant_id
+
+    @property
+    def presented(self) -> Presented:
+        return Presented(self.identity, self.proof_ms)
+
+
+def bearer(authorization: str) -> str:
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def token_secret(request: JoinMachineRequest, authorization: str) -> str:
+    """The join token from the body or the Authorization header; both given must agree (a proxy
+    or client that adds one must not silently lose to the other)."""
+    from_header = bearer(authorization)
+    if request.joinToken and from_header and request.joinToken != from_header:
+        raise InvalidArgument("joinToken in the body and the Authorization bearer token differ; send one")
+    return request.joinToken or from_header
+
+
+def load_token(secret: str) -> JoinToken:
+    """The token a secret names (one GetItem); unknown, forged and revoked tokens look alike."""
+    parsed = credentials.parse(secret, tokens.SECRET_PREFIX)
+    if parsed is None:
+        raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
+    token = tokens_db.get(f"{tokens.ID_PREFIX}_{parsed.ulid}")
+    if (
+        token is None
+        or not credentials.matches(parsed.secret, token.secret_sha256)
+        or token.state != "active"
+    ):
+        raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
+    return token
+
+
+def verified_proof(header: str, purpose: str, credential: str, body: bytes, csr: Any) -> int | None:
+    """The `t` of a Joinplane-Proof that verifies for this request and the CSR's key; None: no proof."""
+    parsed = proof.parse(header)
+    if parsed is None:
+        return None
+    if csr is None:
+        raise InvalidArgument(
+            "a Joinplane-Proof needs a csr: the proof is made with the csr's key",
+            reason=errors.PROOF_MALFORMED,
+        )
+    return proof.verify(
+        parsed,
+        purpose=purpose,
+        credential=credential,
+        body=body,
+        csr_key=csr.public_key,
+        identity=csr.public_key_sha256,
+    ).timestamp_ms
+
+
+def check_preflight(request: JoinMachineRequest) -> None:
+    fatal = [c for c in request.preflight if not c.ok and c.severity.lower() == "fatal"]
+    if fatal:
+        names = ", ".join(f"{c.name}: {c.message}" if c.message else c.name for c in fatal)
+        raise FailedPrecondition(f"fatal preflight check failed: {names}", reason=errors.PREFLIGHT_FAILED)
+
+
+def schedulable(request: JoinMachineRequest) -> bool:
+    failed = [c for c in request.preflight if not c.ok and c.severity.lower() == "error"]
+    return request.schedulable and not failed
+
+
+def ek_sha256(request: JoinMachineRequest) -> str:
+    given = request.tpm.ekPublicKeySha256
+    if request.tpm.ekCertificatePem:
+        from joinplane import tpm_allow
+
+        computed = tpm_allow.ek_hash_from_certificate(request.tpm.ekCertificatePem)
+        if given and given != computed:
+            raise InvalidArgument("tpm.ekPublicKeySha256 does not match tpm.ekCertificatePem")
+        return computed
+    return given
+
+
+def identity_of(request: JoinMachineRequest, csr: Any) -> str:
+    if csr is not None:
+        return str(csr.public_key_sha256)
+    if not request.machineFingerprint:
+        raise InvalidArgument("csr or machineFingerprint is required to identify the machine")
+    return FINGERPRINT_PREFIX + hashlib.sha256(request.machineFingerprint.encode()).hexdigest()
+
+
+def hardware_claims(request: JoinMachineRequest) -> list[Claim]:
+    """The serial and system UUID this machine will hold, unless they are placeholders."""
+    from joinplane import hardware
+
+    placeholders = {field for field, _ in _placeholders(request)}
+    claims = []
+    try:
+        if request.hardware.serialNumber and "serialNumber" not in placeholders:
+            claims.append(("serial", hardware.normalize_serial(request.hardware.serialNumber)))
+        if request.hardware.systemUuid and "systemUuid" not in placeholders:
+            claims.append(("uuid", hardware.normalize_uuid(request.hardware.systemUuid)))
+    except ValueError as invalid:
+        raise InvalidArgument(f"invalid value for hardware: {invalid}") from None
+    return claims
+
+
+def held_by_others(claims: tuple[Claim, ...]) -> tuple[tuple[str, str], ...]:
+    """Claims another machine holds, as the attestors name the fields."""
+    return tuple(("serialNumber" if kind == "serial" else "systemUuid", value) for kind, value in claims)
+
+
+def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:
+    from joinplane import hardware
+
+    return hardware.placeholder_reasons(
+        request.hardware.serialNumber or None,
+        request.hardware.systemUuid or None,
+        list(request.hardware.macAddresses),
+    )
+
+
+def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
+    """The lookups the attestors vote on, each made only when the token's policy asks for it."""
+    request, policy = attempt.request, attempt.token.attestation
+    known = None
+    if policy.discovery == "defer-unknown":
+        from joinplane import discovery
+
+        known = (
+            discovery.lookup(
+                attempt.tenant,
+                site_id,
+                serial=request.hardware.serialNumber or None,
+                system_uuid=request.hardware.systemUuid or None,
+                macs=list(request.hardware.macAddresses),
+                fingerprint=request.machineFingerprint or None,
+            )
+            is not None
+        )
+    listed = None
+    if policy.tpm != "off" and attempt.ek_sha256:
+        from joinplane import tpm_allow
+
+        listed = tpm_allow.is_listed(attempt.tenant, site_id, attempt.ek_sha256)
+    return attestors.Facts(
+        placeholders=tuple(_placeholders(request)),
+        discovery_known=known,
+        ek_sha256=attempt.ek_sha256,
+        ek_listed=listed,
+        key_bound=attempt.csr is not None,
+    )
+
+
+def votes(attempt: Attempt, facts: attestors.Facts) -> list[attestors.Vote]:
+    return attestors.evaluate(attempt.request, attempt.token.to_item(), facts)

@@ -1,0 +1,479 @@
+"""The join's rules (docs/join.md, "The decision, in order"), one row each, over typed facts: no
+table, no moto, no clock. Each row names the rule, the decision it asks and what it must decide."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from joinplane import errors, join_decide
+from joinplane import proof as proof_module
+from joinplane.attestors import DEFER, DENY, Vote
+from joinplane.dal.machines import Identity, Machine
+from joinplane.dal.pools import Pool
+from joinplane.dal.requests import JoinRequest
+from joinplane.dal.tokens import AttestationPolicy, JoinToken
+from joinplane.errors import Aborted, FailedPrecondition, Internal, PermissionDenied, Unauthenticated
+from joinplane.join_decide import (
+    Admit,
+    ConsumeApproval,
+    Defer,
+    Presented,
+    Refuse,
+    Rejoin,
+    StillPending,
+    Verdict,
+)
+
+NOW = 1_800_000_000.0
+KEY = "a" * 64
+FINGERPRINT = "fp-" + "b" * 64
+PROOF_MS = 1_800_000_000_000
+
+
+def token(**changes: Any) -> JoinToken:
+    base = JoinToken(
+        token_id="jtok_1",
+        tenant_id="acme",
+        site_id="lab",
+        pool_id="gpu",
+        secret_sha256="",
+        description="",
+        state="active",
+        expires_at="",
+        expires_at_epoch=int(NOW) + 3600,
+        max_uses=5,
+        uses_remaining=5,
+        require_approval=False,
+        attestation=AttestationPolicy(),
+        created_at="",
+    )
+    return replace(base, **changes)
+
+
+SPENT = {"uses_remaining": 0}
+EXPIRED = {"expires_at_epoch": int(NOW) - 1}
+
+
+def pool(**changes: Any) -> Pool:
+    base = Pool(
+        tenant_id="acme",
+        pool_id="gpu",
+        site_id="lab",
+        name="GPU",
+        workspace_id="ws",
+        state="active",
+        bootstrap={},
+        join_request_ttl_seconds=86_400,
+        certificate_ttl_seconds=86_400,
+        cluster=None,
+        created_at="",
+        updated_at="",
+    )
+    return replace(base, **changes)
+
+
+def record(**changes: Any) -> Identity:
+    base = Identity.new(
+        tenant_id="acme",
+        identity=KEY,
+        token_id="jtok_1",
+        site_id="lab",
+        now="",
+        pool_id="gpu",
+        machine_id="mach_1",
+    )
+    return replace(base, **changes)
+
+
+def pending_record(**changes: Any) -> Identity:
+    return record(machine_id=None, pool_id=None, request_id="jreq_1", **changes)
+
+
+def machine(**changes: Any) -> Machine:
+    base = Machine(
+        machine_id="mach_1",
+        tenant_id="acme",
+        site_id="lab",
+        pool_id="gpu",
+        identity=KEY,
+        token_id="jtok_1",
+        state="active",
+        machine_token_sha256="",
+        token_generation=1,
+        schedulable=True,
+        facts={},
+        joined_at="",
+    )
+    return replace(base, **changes)
+
+
+def request(state: Any = "pending", **changes: Any) -> JoinRequest:
+    base = JoinRequest(
+        request_id="jreq_1",
+        tenant_id="acme",
+        site_id="lab",
+        pool_id="gpu",
+        token_id="jtok_1",
+        identity=KEY,
+        state=state,
+        reasons=[],
+        machine={},
+        csr_public_key_sha256=KEY,
+        created_at="",
+        expires_at="",
+        expires_at_epoch=int(NOW) + 3600,
+    )
+    return replace(base, **changes)
+
+
+PROVEN = Presented(KEY, PROOF_MS)
+UNPROVEN = Presented(KEY)
+FINGERPRINTED = Presented(FINGERPRINT)
+
+DENY_VOTE = Vote("tpm", DENY, "tpm_required", "this join token requires a TPM endorsement key")
+DEFER_VOTE = Vote("token", DEFER, "approval_required", "this join token requires an operator's approval")
+
+
+def history(
+    presented: Presented = PROVEN,
+    the_record: Identity | None = None,
+    *,
+    the_token: JoinToken | None = None,
+    the_machine: Machine | None = None,
+    the_request: JoinRequest | None = None,
+) -> Callable[[], object]:
+    return lambda: join_decide.history(
+        the_token or token(),
+        presented,
+        the_record or record(),
+        machine=the_machine,
+        request=the_request,
+        now=NOW,
+    )
+
+
+def dry(
+    presented: Presented = PROVEN,
+    the_record: Identity | None = None,
+    *,
+    the_token: JoinToken | None = None,
+    the_machine: Machine | None = None,
+    the_request: JoinRequest | None = None,
+) -> Callable[[], object]:
+    return lambda: join_decide.dry_run_history(
+        the_token or token(),
+        presented,
+        the_record or record(),
+        machine=the_machine,
+        request=the_request,
+        now=NOW,
+    )
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Expect a refusal with this error class and reason."""
+
+    error: type[errors.JoinplaneError]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Row:
+    rule: str
+    decide: Callable[[], object]
+    expected: object  # an outcome to compare, a Refused, or an outcome class
+
+
+ROWS = [
+    # --- 1. token ---
+    Row("an unused token can take a use", lambda: token().usable_at(NOW), True),
+    Row("a used-up token cannot", lambda: token(**SPENT).usable_at(NOW), False),
+    Row("an expired token cannot", lambda: token(**EXPIRED).usable_at(NOW), False),
+    Row(
+        "a spent token serves the history it started",
+        lambda: join_decide.spent_token(token(**SPENT), record()),
+        None,
+    ),
+    Row(
+        "a spent token refuses a key it never saw",
+        lambda: join_decide.spent_token(token(**SPENT), None),
+        Refused(Unauthenticated, errors.JOIN_TOKEN_INVALID),
+    ),
+    Row(
+        "a spent token refuses a history another token started",
+        lambda: join_decide.spent_token(token(**SPENT), record(token_id="jtok_2")),
+        Refused(Unauthenticated, errors.JOIN_TOKEN_INVALID),
+    ),
+    # --- pools ---
+    Row("an active pool takes joins", lambda: join_decide.pool_usable(pool()), None),
+    Row(
+        "a deleted pool takes none",
+        lambda: join_decide.pool_usable(None),
+        Refused(FailedPrecondition, errors.POOL_NOT_FOUND),
+    ),
+    Row(
+        "an archived pool takes none",
+        lambda: join_decide.pool_usable(pool(state="archived")),
+        Refused(FailedPrecondition, errors.POOL_ARCHIVED),
+    ),
+    # --- 6. attestors on a fresh key ---
+    Row("no votes admit", lambda: join_decide.fresh([]), Admit()),
+    Row("a defer defers", lambda: join_decide.fresh([DEFER_VOTE]), Defer((DEFER_VOTE,))),
+    Row(
+        "any deny denies, over defers",
+        lambda: join_decide.fresh([DEFER_VOTE, DENY_VOTE]),
+        Refused(PermissionDenied, errors.JOIN_DENIED),
+    ),
+    # --- 5. history: place ---
+    Row(
+        "another site's token learns nothing of the key",
+        history(the_token=token(site_id="other")),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    Row(
+        "another pool's token learns nothing of the key",
+        history(the_token=token(pool_id="cpu")),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    Row(
+        "another pool's token learns nothing, not even that the key was retired",
+        history(the_record=record(retired=True), the_token=token(pool_id="cpu")),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    Row(
+        "a site token of the same site reaches a pool's history",
+        history(the_token=token(pool_id=None), the_machine=machine()),
+        Rejoin(machine()),
+    ),
+    Row(
+        "another pool's token cannot reach a request its pool claimed",
+        history(
+            the_record=pending_record(),
+            the_token=token(pool_id="cpu"),
+            the_request=request(pool_id="gpu"),
+        ),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    # --- history: retired key, machines ---
+    Row(
+        "a key replaced by a renewal never joins again",
+        history(the_record=record(retired=True), the_machine=machine()),
+        Refused(PermissionDenied, errors.KEY_RETIRED),
+    ),
+    Row("an active machine re-joins with a proof", history(the_machine=machine()), Rejoin(machine())),
+    Row(
+        "a re-join without a proof is refused",
+        history(UNPROVEN, the_machine=machine()),
+        Refused(Unauthenticated, errors.PROOF_REQUIRED),
+    ),
+    Row(
+        "a fingerprint identity re-joins without a proof (it has no key)",
+        history(FINGERPRINTED, record(identity=FINGERPRINT), the_machine=machine(identity=FINGERPRINT)),
+        Rejoin(machine(identity=FINGERPRINT)),
+    ),
+    Row(
+        "a revoked machine's key is refused",
+        history(the_machine=machine(state="revoked")),
+        Refused(PermissionDenied, errors.MACHINE_REVOKED),
+    ),
+    Row(
+        "an identity pointing at no machine is an internal error",
+        history(the_machine=None),
+        Refused(Internal, errors.INTERNAL),
+    ),
+    Row(
+        "a machine moved to another pool refuses this pool's token",
+        history(the_machine=machine(pool_id="cpu")),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    # --- history: requests ---
+    Row(
+        "a pending request answers the same 202",
+        history(UNPROVEN, pending_record(), the_request=request("pending")),
+        StillPending(request("pending"), accept_proof=False),
+    ),
+    Row(
+        "a pending retry with a proof moves the mark",
+        history(PROVEN, pending_record(), the_request=request("pending")),
+        StillPending(request("pending"), accept_proof=True),
+    ),
+    Row(
+        "an approved request is consumed with a proof",
+        history(PROVEN, pending_record(), the_request=request("approved")),
+        ConsumeApproval(request("approved")),
+    ),
+    Row(
+        "an approved request without a proof is refused",
+        history(UNPROVEN, pending_record(), the_request=request("approved")),
+        Refused(Unauthenticated, errors.PROOF_REQUIRED),
+    ),
+    Row(
+        "a rejected request is refused",
+        history(PROVEN, pending_record(), the_request=request("rejected", reason="not ours")),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_REJECTED),
+    ),
+    Row(
+        "an expired request is refused",
+        history(PROVEN, pending_record(), the_request=request("expired")),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
+    ),
+    Row(
+        "an approved request past its expiry reads as expired",
+        history(PROVEN, pending_record(), the_request=request("approved", expires_at_epoch=int(NOW))),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
+    ),
+    Row(
+        "a request deleted by retention is refused",
+        history(PROVEN, pending_record(), the_request=None),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
+    ),
+    Row(
+        "a request consumed by a concurrent retry: retry (it re-joins)",
+        history(PROVEN, pending_record(), the_request=request("consumed")),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    # --- re-join attestors ---
+    Row("a re-join ignores defers", lambda: join_decide.rejoin_votes([DEFER_VOTE]), None),
+    Row(
+        "a re-join stops at a deny",
+        lambda: join_decide.rejoin_votes([DENY_VOTE]),
+        Refused(PermissionDenied, errors.JOIN_DENIED),
+    ),
+    # --- proofs after a lost compare-and-set ---
+    Row(
+        "a proof not newer than the mark is a replay",
+        lambda: join_decide.identity_moved(PROVEN, 1, record(proof_at=PROOF_MS)),
+        Refused(Unauthenticated, errors.PROOF_REPLAYED),
+    ),
+    Row(
+        "a record moved on by another join: retry",
+        lambda: join_decide.identity_moved(PROVEN, 1, record(version=2, proof_at=PROOF_MS)),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    Row(
+        "an older mark with the version read: another join won",
+        lambda: join_decide.identity_moved(PROVEN, 1, record(proof_at=PROOF_MS - 1)),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    Row(
+        "a lost approval that was rejected meanwhile",
+        lambda: join_decide.approval_lost(request("rejected"), request("approved"), NOW),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_REJECTED),
+    ),
+    Row(
+        "a lost approval gone from the table reads as expired",
+        lambda: join_decide.approval_lost(None, request("approved"), NOW),
+        Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
+    ),
+    Row(
+        "a lost approval consumed by a concurrent retry",
+        lambda: join_decide.approval_lost(request("consumed"), request("approved"), NOW),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    Row(
+        "a re-join whose machine was revoked meanwhile",
+        lambda: join_decide.machine_lost(machine(state="revoked")),
+        Refused(PermissionDenied, errors.MACHINE_REVOKED),
+    ),
+    Row(
+        "a re-join whose machine another re-join moved on",
+        lambda: join_decide.machine_lost(machine(token_generation=2)),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    # --- renewals ---
+    Row("a key-bound machine renews", lambda: join_decide.renewable(machine()), None),
+    Row(
+        "a fingerprint machine has nothing to renew",
+        lambda: join_decide.renewable(machine(identity=FINGERPRINT)),
+        Refused(FailedPrecondition, errors.MACHINE_HAS_NO_KEY),
+    ),
+    Row(
+        "a renewal whose proof the current record already holds is a replay",
+        lambda: join_decide.renewal_identity_lost(machine(), record()),
+        Refused(Unauthenticated, errors.PROOF_REPLAYED),
+    ),
+    Row(
+        "a renewal whose key record left the machine: revoked or replaced",
+        lambda: join_decide.renewal_identity_lost(machine(), record(machine_id="mach_2")),
+        Refused(PermissionDenied, errors.MACHINE_REVOKED),
+    ),
+    # --- dry runs ---
+    Row(
+        "dry run, fresh key: the attestors' verdict",
+        lambda: join_decide.dry_run_fresh([DEFER_VOTE]),
+        Verdict("defer", DEFER_VOTE.message),
+    ),
+    Row("dry run, fresh key, no votes: admit", lambda: join_decide.dry_run_fresh([]), Verdict("admit", "")),
+    Row(
+        "dry run, re-join",
+        dry(the_machine=machine()),
+        Verdict("admit", "re-join of this machine"),
+    ),
+    Row(
+        "dry run, re-join without a proof: deny",
+        dry(UNPROVEN, the_machine=machine()),
+        Verdict("deny", proof_module.REQUIRED),
+    ),
+    Row(
+        "dry run, revoked machine: deny",
+        dry(the_machine=machine(state="revoked")),
+        Verdict("deny", join_decide.REVOKED),
+    ),
+    Row(
+        "dry run, retired key: deny",
+        dry(PROVEN, record(retired=True)),
+        Verdict("deny", join_decide.RETIRED),
+    ),
+    Row(
+        "dry run, another pool's token: refused, not a verdict",
+        dry(the_token=token(pool_id="cpu"), the_machine=machine()),
+        Refused(FailedPrecondition, errors.WRONG_POOL),
+    ),
+    Row(
+        "dry run, pending request: defer",
+        dry(UNPROVEN, pending_record(), the_request=request("pending")),
+        Verdict("defer", "join request jreq_1 is pending"),
+    ),
+    Row(
+        "dry run, approved request: admit",
+        dry(PROVEN, pending_record(), the_request=request("approved")),
+        Verdict("admit", "join request jreq_1 is approved"),
+    ),
+    Row(
+        "dry run, approved request without a proof: deny",
+        dry(UNPROVEN, pending_record(), the_request=request("approved")),
+        Verdict("deny", proof_module.REQUIRED),
+    ),
+    Row(
+        "dry run, rejected request: deny",
+        dry(PROVEN, pending_record(), the_request=request("rejected")),
+        Verdict("deny", "join request jreq_1 is rejected"),
+    ),
+    Row(
+        "dry run, request gone: deny as expired",
+        dry(PROVEN, pending_record(), the_request=None),
+        Verdict("deny", "join request jreq_1 is expired"),
+    ),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.rule for row in ROWS])
+def test_rule(row: Row) -> None:
+    decided = row.decide()
+    if isinstance(row.expected, Refused):
+        # A decision refuses (`Refuse`); what follows a lost condition is the error itself.
+        error = decided.error if isinstance(decided, Refuse) else decided
+        assert type(error) is row.expected.error, decided
+        assert isinstance(error, errors.JoinplaneError)
+        assert error.reason == row.expected.reason
+    else:
+        assert decided == row.expected
+
+
+def test_every_row_names_a_different_rule() -> None:
+    assert len({row.rule for row in ROWS}) == len(ROWS)
