@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 
-from joinplane import apikeys, credentials, keyauth, pools, store
+from joinplane import clock, credentials, ids, keyauth, pools
+from joinplane.dal import apikeys as apikeys_db
+from joinplane.dal.apikeys import ApiKey
 from joinplane.errors import AlreadyExists, InvalidState
 from joinplane.grants import Grant
 
@@ -15,22 +17,29 @@ ADMIN_GRANTS = ("*@platform",)
 
 def install_admin_key(tenant_id: str, secret: str | None, description: str) -> str:
     """Store a platform-admin key (the given secret, or a new one) and return the secret."""
-    grants = [Grant.parse(g) for g in ADMIN_GRANTS]
-    minted, item = apikeys.new_key_item(tenant_id, grants, description, created_by="bootstrap")
-    if secret is not None:
+    if secret is None:
+        ulid = ids.new_ulid()
+        secret = credentials.mint(keyauth.SECRET_PREFIX, ulid)
+    else:
         parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
         if parsed is None:
             raise SystemExit(
                 "JOINPLANE_DEV_ADMIN_KEY must look like jpk_<26 base32>_<32 base32>; "
                 "leave it unset to get a fresh key printed"
             )
-        key_id = f"{keyauth.ID_PREFIX}_{parsed.ulid}"
-        item.update(
-            pk=f"APIKEY#{key_id}", gsi1sk=key_id, keyId=key_id, secretSha256=credentials.digest(secret)
-        )
-        minted = secret
-    store.put(item)  # the same fixed key on every start: overwriting it is the point
-    return minted
+        ulid = parsed.ulid
+    key = ApiKey(
+        key_id=f"{keyauth.ID_PREFIX}_{ulid}",
+        tenant_id=tenant_id,
+        grants=tuple(str(Grant.parse(g)) for g in ADMIN_GRANTS),
+        description=description,
+        secret_sha256=credentials.digest(secret),
+        state="active",
+        created_at=clock.rfc3339(clock.now()),
+        created_by="bootstrap",
+    )
+    apikeys_db.put(key)  # the same fixed key on every start: overwriting it is the point
+    return secret
 
 
 def seed_dev_tenant(admin_key: str | None, public_url: str = "http://127.0.0.1:3000") -> str:
