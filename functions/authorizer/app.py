@@ -8,11 +8,9 @@ Authorization header for ReauthorizeEvery (300 s), so a revoked key stops workin
 
 from typing import Any
 
-from joinplane import keyauth
+from joinplane import credentials, keyauth
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    header = (event.get("headers") or {}).get("authorization", "")
-    scheme, _, bearer = header.partition(" ")
-    principal = keyauth.verify(bearer.strip()) if scheme.lower() == "bearer" else None
+    principal = keyauth.verify(credentials.bearer((event.get("headers") or {}).get("authorization", "")))
     return {"isAuthorized": True, "context": keyauth.authorizer_context(principal)}

@@ -1,5 +1,7 @@
 import re
 
+import pytest
+
 from joinplane import credentials, ids
 
 
@@ -35,3 +37,19 @@ def test_ulids_sort_by_time_and_match_the_seed_pattern() -> None:
     first, second = ids.new_id("jreq"), ids.new_id("jreq")
     assert re.fullmatch(r"^jreq_[0-9a-hjkmnp-tv-z]{26,52}$", first)
     assert first[:15] <= second[:15]
+
+
+@pytest.mark.parametrize(
+    ("header", "credential"),
+    [
+        ("Bearer jpk_x", "jpk_x"),
+        ("bearer  jpk_x ", "jpk_x"),
+        ("BEARER jpk_x", "jpk_x"),
+        ("Basic jpk_x", ""),
+        ("jpk_x", ""),
+        ("Bearer", ""),
+        ("", ""),
+    ],
+)
+def test_a_bearer_header_gives_its_credential_and_any_other_scheme_none(header: str, credential: str) -> None:
+    assert credentials.bearer(header) == credential

@@ -43,6 +43,12 @@ def parse(value: str, prefix: str) -> ParsedSecret | None:
     return ParsedSecret(prefix, value[ulid_at : ulid_at + 26], value)
 
 
+def bearer(authorization: str) -> str:
+    """The credential of an `Authorization: Bearer <credential>` header; "" for any other scheme."""
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
