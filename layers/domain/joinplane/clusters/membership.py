@@ -312,7 +312,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             deadline.sleep(deadline.backoff(attempt, 0.02))
         else:
             deadline.check()
-        pool = _loaded_pool(principal, request, WRITE)
+        pool = pools.load(principal, request.tenantId, request.poolId, WRITE)
         if not pool.active:
             raise InvalidState(
                 "pool is archived; archived pools cannot be changed", reason=errors.POOL_ARCHIVED
@@ -341,12 +341,6 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             "rotatedAt": now,
         }
     raise Unavailable("the pool's cluster key kept changing; retry")
-
-
-def _loaded_pool(principal: Principal, request: pools.PoolRef, permission: str) -> Pool:
-    loaded: Any = pools.load(principal, request.tenantId, request.poolId, permission)
-    # MIGRATION: until pools.load returns Pool records, it returns the stored item.
-    return loaded if isinstance(loaded, Pool) else Pool.from_item(loaded)
 
 
 def node_view(node: ClusterNode) -> views.ClusterNode:
