@@ -12,8 +12,7 @@ generator resolves, so a function never imports pydantic models or views it does
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # How a request proves who sent it. `api-key`: the operator API's `Authorization: Bearer jpk_...`,
 # through the template's ApiKeyAuthorizer. `join-token`: a join token, in the body or as a bearer.
@@ -22,8 +21,7 @@ from typing import Literal
 Auth = Literal["api-key", "join-token", "cluster-key", "none"]
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     method: str
     path: str
     function: str  # the AWS::Serverless::Function's logical id in template.yaml
