@@ -6,7 +6,7 @@ Stored as `joinplane.dal.apikeys.ApiKey`. The secret (`jpk_<ulid>_<random>`) is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -51,7 +51,7 @@ def _view(key: ApiKey) -> views.ApiKey:
         "tenantId": key.tenant_id,
         "grants": list(key.grants),
         "description": key.description,
-        "state": cast("Literal['active', 'revoked']", key.state),
+        "state": key.state,
         "createdAt": key.created_at,
         "createdBy": key.created_by,
         "revokedAt": key.revoked_at,

@@ -8,11 +8,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
 SK = "APIKEY"
+
+ApiKeyState = Literal["active", "revoked"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class ApiKey:
     grants: tuple[str, ...]  # `PERMISSION@SCOPE`, as `joinplane.grants.Grant` prints them
     description: str
     secret_sha256: str
-    state: str  # "active" | "revoked"
+    state: ApiKeyState
     created_at: str
     created_by: str | None = None
     revoked_at: str | None = None
