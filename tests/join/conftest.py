@@ -1,8 +1,8 @@
-"""Fixtures for machine joins: a pool, join tokens, and keys/CSRs made with the openssl CLI."""
+"""Fixtures for machine joins: a pool, join tokens, and machines whose keys and CSRs the openssl CLI
+makes (tests/support/csr.py)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,59 +10,27 @@ from typing import Any
 import pytest
 
 from tests.support import call
-
-KEY_ARGS = {
-    "ec": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-    "p384": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
-    "ed25519": ["-newkey", "ed25519"],
-    "rsa2048": ["-newkey", "rsa:2048"],
-    "rsa1024": ["-newkey", "rsa:1024"],
-}
+from tests.support.csr import csr_for_key, make_csr
 
 
 class Machine:
     """A would-be machine: its private key on disk and CSRs for it, made with openssl."""
 
-    def __init__(self, directory: Path, kind: str = "ec") -> None:
+    def __init__(self, directory: Path, kind: str = "p256") -> None:
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.key = directory / "machine.key"
-        self.csr_path = directory / "machine.csr"
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-new",
-                *KEY_ARGS[kind],
-                "-nodes",
-                "-subj",
-                "/CN=ignored",
-                "-keyout",
-                str(self.key),
-                "-out",
-                str(self.csr_path),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        self.csr = self.csr_path.read_text()
+        made = make_csr(directory, kind, "/CN=ignored", key_name="machine.key", csr_name="machine.csr")
+        self.key, self.csr_path, self.csr = made.key_path, made.csr_path, made.pem
 
     def new_csr(self) -> str:
         """Another CSR for the same key (what a retry after a crash would send)."""
-        out = subprocess.run(
-            ["openssl", "req", "-new", "-key", str(self.key), "-subj", "/CN=again"],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        return out.stdout
+        return csr_for_key(self.key)
 
 
 @pytest.fixture
 def machine_factory(tmp_path: Path) -> Callable[..., Machine]:
     count = 0
 
-    def make(kind: str = "ec") -> Machine:
+    def make(kind: str = "p256") -> Machine:
         nonlocal count
         count += 1
         return Machine(tmp_path / f"m{count}", kind)
@@ -120,23 +88,4 @@ def other_pool(admin_key: str, pool: dict[str, Any]) -> str:
         call(
             "/api/compute/joinTokens/create", {"tenantId": "acme", "poolId": "cpu", "maxUses": 5}, admin_key
         ).body["token"]
-    )
-
-
-def openssl_verify(tmp_path: Path, ca_pem: str, cert_pem: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "ca.crt").write_text(ca_pem)
-    (tmp_path / "machine.crt").write_text(cert_pem)
-    return subprocess.run(
-        [
-            "openssl",
-            "verify",
-            "-purpose",
-            "sslclient",
-            "-CAfile",
-            str(tmp_path / "ca.crt"),
-            str(tmp_path / "machine.crt"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 from joinplane import clock, keyauth, store
 from joinplane.dal.tokens import token_key
 from joinplane.join_requests import ApproveJoinRequest, DecideJoinRequest, approve, reject
-from tests.join.conftest import openssl_verify
 from tests.support import call, join
+from tests.support.csr import openssl_verify
 from tests.support.table import all_items
 
 

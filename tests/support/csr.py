@@ -153,3 +153,19 @@ class OpensslTool:
             .stdout.split()[0]
             .decode()
         )
+
+
+def openssl_verify(directory: Path, ca_pem: str, cert_pem: str) -> subprocess.CompletedProcess[str]:
+    """`openssl verify -purpose sslclient` of a machine certificate against its pool's CA; both stay
+    in `directory` (ca.crt, machine.crt) for the test to look at further."""
+    (directory / "ca.crt").write_text(ca_pem)
+    (directory / "machine.crt").write_text(cert_pem)
+    return openssl(
+        "verify",
+        "-purpose",
+        "sslclient",
+        "-CAfile",
+        str(directory / "ca.crt"),
+        str(directory / "machine.crt"),
+        check=False,
+    )
