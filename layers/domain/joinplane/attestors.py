@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from joinplane.join_wire import JoinMachineRequest
-
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
 
 
@@ -106,9 +104,9 @@ def token_policy(token: dict[str, Any]) -> list[Vote]:
     return votes
 
 
-def evaluate(request: JoinMachineRequest, token: dict[str, Any], facts: Facts) -> list[Vote]:
-    """Every vote that is not a plain admit, in a stable order."""
-    del request  # the facts already carry what the attestors read from it
+def evaluate(token: dict[str, Any], facts: Facts) -> list[Vote]:
+    """Every vote that is not a plain admit, in a stable order. The facts carry all the attestors
+    read of the request."""
     attestation = token.get("attestation") or {}
     return [
         *token_policy(token),

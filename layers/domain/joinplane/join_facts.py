@@ -39,15 +39,10 @@ class Attempt:
         return Presented(self.identity, self.proof_ms)
 
 
-def bearer(authorization: str) -> str:
-    scheme, _, value = authorization.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
 def token_secret(request: JoinMachineRequest, authorization: str) -> str:
     """The join token from the body or the Authorization header; both given must agree (a proxy
     or client that adds one must not silently lose to the other)."""
-    from_header = bearer(authorization)
+    from_header = credentials.bearer(authorization)
     if request.joinToken and from_header and request.joinToken != from_header:
         raise InvalidArgument("joinToken in the body and the Authorization bearer token differ; send one")
     return request.joinToken or from_header
@@ -184,4 +179,4 @@ def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
 
 
 def votes(attempt: Attempt, facts: attestors.Facts) -> list[attestors.Vote]:
-    return attestors.evaluate(attempt.request, attempt.token.to_item(), facts)
+    return attestors.evaluate(attempt.token.to_item(), facts)
