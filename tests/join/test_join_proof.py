@@ -315,6 +315,30 @@ def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, mac
     assert again.status == 200, again.body
 
 
+def test_a_renewal_cannot_rotate_into_another_machines_key(make_token, machine_factory) -> None:
+    # Given two machines, and the first one's renewal rotating into the second one's key, with
+    # fresh proofs of both keys (whoever holds both)
+    token = make_token(maxUses=2)
+    first, second = machine_factory(), machine_factory()
+    admitted = join(rejoin_body(token, first)).body
+    assert join(rejoin_body(token, second)).status == 200
+    raw = json.dumps({"machineToken": admitted["machineToken"], "csr": second.csr}).encode()
+    proof = sign_proof(
+        first.key,
+        purpose="renew",
+        credential=admitted["machineToken"],
+        body=raw,
+        public_key=first.key,
+        new_key=second.key,
+    )
+    before = all_items()
+    # When it renews
+    refused = join(None, raw=raw, proof=proof, path="/machines/renew")
+    # Then the key is in use by another machine identity, and nothing changed
+    assert (refused.status, refused.body["code"], refused.reason) == (400, 9, "KEY_IN_USE"), refused.body
+    assert all_items() == before
+
+
 # --- fingerprint identities ------------------------------------------------------------------
 
 
