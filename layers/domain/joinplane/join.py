@@ -37,6 +37,7 @@ from joinplane import (
     pools,
     proof,
 )
+from joinplane.attestors import Vote
 from joinplane.dal import joins as joins_db
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
@@ -48,6 +49,7 @@ from joinplane.dal.requests import JoinRequest
 from joinplane.errors import Unauthenticated, Unavailable
 from joinplane.join_decide import (
     REFUSED,
+    Admit,
     ConsumeApproval,
     Defer,
     Refuse,
@@ -176,7 +178,7 @@ def _new_machine(
     )
 
 
-def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Any]) -> JoinRequest:
+def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> JoinRequest:
     token, now = attempt.token, clock.epoch()
     expires = int(now) + (pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL)
     return JoinRequest(
@@ -210,38 +212,7 @@ def _fresh(attempt: Attempt) -> Response | Identity:
         decided = join_decide.fresh(votes)
         if isinstance(decided, Refuse):
             raise decided.error
-        record = Identity.new(
-            tenant_id=attempt.tenant,
-            identity=attempt.identity,
-            token_id=token.token_id,
-            site_id=token.site_id,
-            now=clock.rfc3339(clock.now()),
-            proof_at=attempt.proof_ms,
-        )
-        now_epoch = int(clock.epoch())
-        try:
-            if isinstance(decided, Defer):
-                request = _new_request(attempt, pool, votes)
-                record = replace(record, request_id=request.request_id)
-                outcome = joins_db.defer(
-                    token, now_epoch=now_epoch, pool=pool, identity=record, request=request
-                )
-                response = _deferred(request)
-            else:
-                assert pool is not None  # a site token always defers
-                machine_id = ids.new_id(machines.ID_PREFIX)
-                secret = machines.mint_token(machine_id)
-                cert = issue_certificate(attempt.csr, pool, machine_id)
-                image, baseline = _worker_image(pool, None, attempt.request.workerImage)
-                claims = join_facts.hardware_claims(attempt.request)
-                machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None)
-                record = replace(record, machine_id=machine_id, pool_id=pool.pool_id)
-                outcome = joins_db.admit(
-                    token, now_epoch=now_epoch, pool=pool, identity=record, machine=machine
-                )
-                response = _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
-        except joins_db.NotRecorded:
-            raise Unavailable(NOT_RECORDED) from None
+        outcome, response = _commit_fresh(attempt, decided, pool, votes)
         match outcome:
             case joins_db.Committed():
                 return response
@@ -255,6 +226,40 @@ def _fresh(attempt: Attempt) -> Response | Identity:
             case joins_db.ClaimsHeld(claims_held):
                 held = claims_held  # decide again: a held id defers
     raise AssertionError("unreachable: attempts() raises when exhausted")
+
+
+def _commit_fresh(
+    attempt: Attempt, decided: Admit | Defer, pool: Pool | None, votes: list[Vote]
+) -> tuple[joins_db.FreshOutcome, Response]:
+    """The transaction of a fresh admit or deferral, and the answer it gives if it commits."""
+    token = attempt.token
+    record = Identity.new(
+        tenant_id=attempt.tenant,
+        identity=attempt.identity,
+        token_id=token.token_id,
+        site_id=token.site_id,
+        now=clock.rfc3339(clock.now()),
+        proof_at=attempt.proof_ms,
+    )
+    now_epoch = int(clock.epoch())
+    try:
+        if isinstance(decided, Defer):
+            request = _new_request(attempt, pool, votes)
+            record = replace(record, request_id=request.request_id)
+            deferred = joins_db.defer(token, now_epoch=now_epoch, pool=pool, identity=record, request=request)
+            return deferred, _deferred(request)
+        assert pool is not None  # a site token always defers
+        machine_id = ids.new_id(machines.ID_PREFIX)
+        secret = machines.mint_token(machine_id)
+        cert = issue_certificate(attempt.csr, pool, machine_id)
+        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+        claims = join_facts.hardware_claims(attempt.request)
+        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None)
+        record = replace(record, machine_id=machine_id, pool_id=pool.pool_id)
+        admitted = joins_db.admit(token, now_epoch=now_epoch, pool=pool, identity=record, machine=machine)
+        return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
+    except joins_db.NotRecorded:
+        raise Unavailable(NOT_RECORDED) from None
 
 
 # --- a key with a history ------------------------------------------------------------------------

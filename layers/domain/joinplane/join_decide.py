@@ -347,13 +347,23 @@ def dry_run_history(
     if record.retired:
         return Verdict("deny", RETIRED)
     if record.machine_id:
-        if machine is None or not machine.active:
-            return Verdict("deny", REVOKED)
-        refused = place(token, machine.site_id, machine.pool_id)
-        if refused:
-            return refused
-        missing = _fails(proof_required(presented))
-        return Verdict("deny", missing.message) if missing else Verdict("admit", "re-join of this machine")
+        return _dry_run_rejoin(token, presented, machine)
+    return _dry_run_request(token, presented, record, request, now)
+
+
+def _dry_run_rejoin(token: JoinToken, presented: Presented, machine: Machine | None) -> Verdict | Refuse:
+    if machine is None or not machine.active:
+        return Verdict("deny", REVOKED)
+    refused = place(token, machine.site_id, machine.pool_id)
+    if refused:
+        return refused
+    missing = _fails(proof_required(presented))
+    return Verdict("deny", missing.message) if missing else Verdict("admit", "re-join of this machine")
+
+
+def _dry_run_request(
+    token: JoinToken, presented: Presented, record: Identity, request: JoinRequest | None, now: float
+) -> Verdict | Refuse:
     if request is not None:
         refused = place(token, request.site_id, request.pool_id)
         if refused:
