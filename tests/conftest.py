@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, ca, clock, store
-from joinplane.dal import pools as pools_db
+from joinplane import aws, clock, container, store
 from joinplane.settings import settings
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
@@ -36,12 +35,8 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
     os.environ["TABLE_NAME"] = names.physical["Table"]
     os.environ["EVENT_BUS_NAME"] = names.physical["EventBus"]
     os.environ["CA_SECRET_PREFIX"] = f"jp-{suffix}/ca"
-    settings.cache_clear()
-    clock.reset()
-    # The pools a warm container cached belong to the old table. Not container.reset(): that also
-    # drops the AWS clients and their botocore session, ~0.25 s a test to rebuild.
-    pools_db._cache.clear()
-    ca.reset()
+    # What a warm container cached belongs to the old table; the clients still reach the same emulator.
+    container.reset(keep_clients=True)
     yield names.physical["Table"]
     clock.reset()
 

@@ -29,7 +29,7 @@ def client(service: str) -> Any:
     )
 
 
-@container.on_reset
+@container.on_reset_clients
 def reset() -> None:
     """Forget every client and the session (tests and the local runtime, when the endpoint changes)."""
     client.cache_clear()
