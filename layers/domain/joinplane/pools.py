@@ -1,9 +1,9 @@
 """Compute pools: where machines land. A pool belongs to one site of one tenant, is `active` or
 `archived`, and carries the bootstrap defaults handed to the machines it admits.
 
-Stored item: `TENANT#<tenantId>` / `POOL#<poolId>`. Sites have no API of their own: a site exists
-once a pool names it (a `SITE#<siteId>` marker written in the same transaction as the pool), which
-is what site-scoped join tokens and grants refer to.
+Sites have no API of their own: a site exists once a pool names it (the site's marker is written
+in the same transaction as the pool, see `joinplane.dal.pools`), which is what site-scoped join
+tokens and grants refer to.
 """
 
 from __future__ import annotations

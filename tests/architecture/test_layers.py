@@ -1,0 +1,161 @@
+"""The rooms of ARCHITECTURE.md and what each may import, checked on the source (no imports run).
+
+Each rule is a sentence of ARCHITECTURE.md: when one fails, either the code strayed or the rule
+changed, and then ARCHITECTURE.md changes with it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOMAIN = ROOT / "layers" / "domain"
+FUNCTIONS = ROOT / "functions"
+
+# Imported by everything, import nothing of the domain but each other.
+FOUNDATION = {
+    "container", "errors", "ids", "clock", "settings", "aws", "deadline", "credentials", "der",
+    "spiffe", "routes", "wire",
+}  # fmt: skip
+# Wire dialects: bytes in, models out; domain errors in, responses out. Never the table.
+DIALECTS = {"http", "operator_api", "join_wire", "clusters.sylve_wire"}
+# Decisions over facts handed to them: no clock, no AWS, no table.
+PURE = {"join_decide", "attestors", "grants", "hardware", "clusters.inventory"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the imported module, relative to `joinplane.` when it is ours ("dal.pools")
+    names: tuple[str, ...]  # for `from x import a, b`
+    where: str  # "module" | "function" | "type-checking"
+
+
+def imports_of(path: Path) -> list[Import]:
+    found: list[Import] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            here = where
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                here = "type-checking"
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and where == "module":
+                here = "function"
+            if isinstance(child, ast.Import):
+                found.extend(Import(_ours(a.name), (), here) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                names = tuple(a.name for a in child.names)
+                if child.module in ("joinplane", "joinplane.dal", "joinplane.clusters"):
+                    # `from joinplane import pools` imports the module joinplane.pools
+                    base = _ours(child.module)
+                    found.extend(Import(f"{base}.{n}".lstrip("."), (), here) for n in names)
+                else:
+                    found.append(Import(_ours(child.module), names, here))
+            visit(child, here)
+
+    visit(ast.parse(path.read_text()), "module")
+    return found
+
+
+def _ours(module: str) -> str:
+    return module.removeprefix("joinplane").lstrip(".") if module.startswith("joinplane") else module
+
+
+def domain_modules() -> dict[str, Path]:
+    package = DOMAIN / "joinplane"
+    return {
+        ".".join(p.relative_to(package).with_suffix("").parts): p
+        for p in package.rglob("*.py")
+        if p.name != "__init__.py"
+    }
+
+
+MODULES = domain_modules()
+OURS = set(MODULES)
+
+
+def our_imports(name: str) -> list[Import]:
+    return [i for i in imports_of(MODULES[name]) if i.module in OURS]
+
+
+def test_the_package_initialisers_are_empty() -> None:
+    # Given every __init__.py of the layer; Then none runs code at import (cold start pays for it)
+    for init in (DOMAIN / "joinplane").rglob("__init__.py"):
+        assert init.read_text().strip() == "", init
+
+
+@pytest.mark.parametrize("name", sorted(FOUNDATION))
+def test_foundation_imports_only_foundation(name: str) -> None:
+    strays = [i.module for i in our_imports(name) if i.module not in FOUNDATION]
+    assert strays == [], f"{name} is a foundation module and imports {strays}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in OURS if n.startswith("dal.")))
+def test_the_data_access_layer_knows_nothing_above_it(name: str) -> None:
+    # Repositories import the foundation and each other; a domain rule leaking in would make
+    # the layer decide, which is the domain's job.
+    strays = [
+        i.module for i in our_imports(name) if not (i.module in FOUNDATION or i.module.startswith("dal."))
+    ]
+    assert strays == [], f"{name} imports {strays}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in OURS if not n.startswith("dal.")))
+def test_only_the_data_access_layer_calls_dynamodb(name: str) -> None:
+    # Domain code may use one thing of dal.dynamo: the deadline-aware retry loop `attempts`.
+    for imported in imports_of(MODULES[name]):
+        if imported.module == "dal.dynamo":
+            assert set(imported.names) <= {"attempts"}, f"{name} imports {imported.names} from dal.dynamo"
+    source = MODULES[name].read_text()
+    for layout in ('"pk"', '"sk"', '"gsi1pk"', "TENANT#", "JOINID#", "MACHINE#", "JOINTOKEN#"):
+        assert layout not in source, f"{name} knows the table's layout ({layout}); that is the dal's"
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_dialects_never_touch_the_table(name: str) -> None:
+    strays = [i.module for i in our_imports(name) if i.module.startswith("dal.")]
+    assert strays == [], f"{name} imports {strays}"
+
+
+@pytest.mark.parametrize("name", sorted(PURE))
+def test_decisions_are_pure(name: str) -> None:
+    # Time and I/O are facts handed in: the decision is a function of its arguments, which is what
+    # lets tests/join/test_join_decisions.py run it table-driven without moto.
+    for imported in our_imports(name):
+        assert imported.module not in {"clock", "aws", "dal.dynamo", "deadline", "settings"}, (
+            f"{name} imports {imported.module}"
+        )
+        if imported.module.startswith("dal."):
+            # records only: classes, never the repository's functions
+            assert imported.names and all(n[0].isupper() for n in imported.names), (
+                f"{name} imports {imported.names} from {imported.module}"
+            )
+
+
+def test_views_are_for_type_checkers_and_the_openapi_generator_only() -> None:
+    sources = [*MODULES.values(), *FUNCTIONS.rglob("app.py")]
+    for path in sources:
+        for imported in imports_of(path):
+            if imported.module == "views" and path.name != "views.py":
+                assert imported.where == "type-checking", f"{path} imports views at run time"
+
+
+def test_cryptography_loads_only_with_the_certificate_code() -> None:
+    # Cold start: only ca.py imports cryptography when it is imported; others (proof, tpm_allow)
+    # import it inside the function that needs it.
+    for name, path in MODULES.items():
+        at_import = [
+            i for i in imports_of(path) if i.module.startswith("cryptography") and i.where == "module"
+        ]
+        assert name == "ca" or not at_import, f"{name} imports cryptography at module level"
+
+
+@pytest.mark.parametrize("app", sorted(FUNCTIONS.rglob("app.py")), ids=lambda p: p.parent.name)
+def test_handlers_are_thin(app: Path) -> None:
+    # A handler binds routes to the domain; the table is the domain's business.
+    for imported in imports_of(app):
+        assert not imported.module.startswith("dal."), f"{app} imports {imported.module}"
+    assert not ({p.name for p in app.parent.iterdir()} - {"app.py", "__pycache__"}), app.parent
