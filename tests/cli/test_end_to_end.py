@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import Cli
+from tests.support import wait_until
+from tests.support.runtime import Cli
 
 pytestmark = pytest.mark.e2e
 
@@ -21,14 +22,11 @@ POLL = "0.2"  # seconds between the agent's retries while it waits
 
 def _wait_for_request(cli: Cli, pool: str, deadline: float = 30) -> dict[str, Any]:
     """The pool's one pending request, once the waiting agent has made it."""
-    until = time.monotonic() + deadline
-    while time.monotonic() < until:
-        requests = cli.ok("requests", "list", "--pool", pool, "-o", "json").json()["requests"]
-        if requests:
-            assert len(requests) == 1, requests
-            return dict(requests[0])
-        time.sleep(0.1)
-    raise AssertionError(f"no join request appeared in pool {pool}")
+    requests = wait_until(
+        lambda: cli.ok("requests", "list", "--pool", pool, "-o", "json").json()["requests"], deadline, 0.1
+    )
+    assert len(requests) == 1, requests
+    return dict(requests[0])
 
 
 def _finish(agent: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, str]:

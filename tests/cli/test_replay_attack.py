@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from joinplane import clock
-from tests.cli.conftest import Cli
 from tests.support import openssl_csr, serving
+from tests.support.runtime import Cli
 
 FORWARDED = ("content-type", "authorization", "joinplane-proof", "user-agent", "accept")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,8 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from joinplane import aws
-from tests.e2e.conftest import Http, new_csr
-from tests.support import sign_proof
+from tests.support import openssl_csr, sign_proof, wait_until
+from tests.support.runtime import Http
 
 CHAIN = [
     "security.join-request.created",
@@ -38,15 +37,6 @@ def audit_of(http: Http, pool: str, request_id: str, machine_id: str | None = No
     return list(reversed(mine))  # oldest first
 
 
-def wait_for(check: Callable[[], bool], seconds: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < seconds:
-        if check():
-            return time.monotonic() - start
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s")
-
-
 @pytest.fixture
 def pool(http: Http, request: pytest.FixtureRequest) -> str:
     name = f"ev-{request.node.name[-20:].strip('_')}"[:40]
@@ -65,7 +55,7 @@ def deferred_join(http: Http, pool: str, tmp_path: Path) -> tuple[str, str, str]
         {"tenantId": "dev", "poolId": pool, "requireApproval": True},
         http.admin,
     )
-    csr = new_csr(tmp_path)
+    csr = openssl_csr(tmp_path, "/CN=e2e")
     status, body = http.post("/machines/join", {"joinToken": token["token"], "csr": csr})
     assert status == 202, body
     return token["token"], csr, body["joinRequest"]["requestId"]
@@ -81,7 +71,7 @@ def test_an_approval_over_http_reaches_the_audit_trail(http: Http, pool: str, tm
     assert status == 200
     # The approval shows up in the audit trail (the issue asks for within a second; the deadline here
     # is wider because CI machines are shared, and `make bench` reports the measured latency)
-    wait_for(
+    wait_until(
         lambda: any(
             e["detailType"] == "security.join-request.approved" for e in audit_of(http, pool, request_id)
         ),
@@ -92,7 +82,7 @@ def test_an_approval_over_http_reaches_the_audit_trail(http: Http, pool: str, tm
     proof = sign_proof(tmp_path / "key.pem", purpose="join", credential=token, body=body)
     status, admitted = http.post("/machines/join", None, raw=body, headers={"joinplane-proof": proof})
     assert status == 200, admitted
-    wait_for(lambda: len(audit_of(http, pool, request_id, admitted["machineId"])) == 4, 5)
+    wait_until(lambda: len(audit_of(http, pool, request_id, admitted["machineId"])) == 4, 5)
     events = audit_of(http, pool, request_id, admitted["machineId"])
     assert [e["detailType"] for e in events] == CHAIN
     approved = events[1]["detail"]
@@ -120,7 +110,7 @@ def test_events_survive_an_eventbridge_outage_and_arrive_once(http: Http, pool: 
     finally:
         events_client.meta.events.unregister("before-call.events.PutEvents", outage)
     # And once EventBridge recovers, every event arrives, each exactly once
-    wait_for(lambda: len(audit_of(http, pool, request_id)) >= 2, 20)
+    wait_until(lambda: len(audit_of(http, pool, request_id)) >= 2, 20)
     time.sleep(1)  # any duplicate delivery would land by now
     events = audit_of(http, pool, request_id)
     assert [e["detailType"] for e in events] == CHAIN[:2]
@@ -166,7 +156,7 @@ def test_an_unused_approval_expires_by_the_clock_before_and_after_retention(
     # After it has (it marks the request, which publishes the expiry)
     assert http.run_schedule("RetentionFunction")["expired"] >= 1
     reads_expired()
-    wait_for(
+    wait_until(
         lambda: any(
             e["detailType"] == "security.join-request.expired" for e in audit_of(http, pool, request_id)
         ),

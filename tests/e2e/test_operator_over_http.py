@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.e2e.conftest import Http
+from tests.support.runtime import Http
 
 
 def test_no_authorization_header_is_the_gateways_401(http: Http) -> None:

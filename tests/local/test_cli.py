@@ -14,8 +14,7 @@ import urllib.request
 import pytest
 
 from joinplane_local.__main__ import parse_args
-
-from .conftest import FIXTURE_TEMPLATE
+from tests.support.runtime import FIXTURE_TEMPLATE
 
 
 def test_the_cli_serves_until_ctrl_c_and_stops_without_a_traceback() -> None:

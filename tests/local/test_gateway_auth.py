@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import Local
+from tests.support.runtime import Local
 
 
 def test_a_missing_identity_source_is_unauthorized_without_invoking_the_authorizer(fresh: Local) -> None:

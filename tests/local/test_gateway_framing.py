@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from joinplane_local.gateway import MAX_BODY_BYTES
-
-from .conftest import Local
+from tests.support.runtime import Local
 
 BAD_REQUEST = (400, {"message": "Bad Request"})
 TOO_LARGE = (413, {"message": "Request Entity Too Large"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import Local
+from tests.support.runtime import Local
 
 
 def test_a_full_response_maps_status_headers_cookies_and_body(fresh: Local) -> None:

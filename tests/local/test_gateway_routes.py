@@ -6,8 +6,7 @@ import base64
 import http.client
 
 from joinplane import clock
-
-from .conftest import Local
+from tests.support.runtime import Local
 
 
 def test_a_path_parameter_route_gets_the_segment(fresh: Local) -> None:

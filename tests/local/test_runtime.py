@@ -12,8 +12,7 @@ import pytest
 
 from joinplane_local import runtime as runtime_module
 from joinplane_local.runtime import start_runtime
-
-from .conftest import FIXTURE_TEMPLATE, Local
+from tests.support.runtime import FIXTURE_TEMPLATE, Local
 
 
 def test_endpoint_mode_serves_over_an_emulator_it_did_not_start(fresh: Local) -> None:

@@ -12,8 +12,7 @@ from joinplane_local.gateway import Route, select_route
 from joinplane_local.runtime import start_runtime
 from joinplane_local.template import Names, Template, load
 from joinplane_local.workers import lambda_stream_record, schedule_period
-
-from .conftest import FIXTURE_TEMPLATE
+from tests.support.runtime import FIXTURE_TEMPLATE
 
 
 def test_the_most_specific_route_wins() -> None:

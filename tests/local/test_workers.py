@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from joinplane import clock
-
-from .conftest import Local, eventually
+from tests.support import wait_until
+from tests.support.runtime import Local
 
 TABLE = "joinplane-local-fixture-table"
 BUS = "joinplane-local-fixture-bus"
@@ -159,7 +159,7 @@ def test_a_failed_event_delivery_is_retried(fresh: Local) -> None:
     _put_event(fresh, {"failOnce": True})
 
     # Then: it comes back once the message is visible again (the async retry)
-    (event,) = eventually(lambda: consumer.RECEIVED, timeout=10)
+    (event,) = wait_until(lambda: consumer.RECEIVED, timeout=10)
     assert len(consumer.ATTEMPTS) == 2
     assert set(consumer.ATTEMPTS) == {event["id"]}
     assert fresh.runtime.drain(10)
@@ -198,6 +198,6 @@ def test_a_schedule_runs_when_the_clock_reaches_it(fresh: Local) -> None:
     fresh.call("POST", "/_local/clock", body={"advanceSeconds": 31})
 
     # Then: it runs once, and its next run is one period later
-    eventually(lambda: runs, timeout=5)
+    wait_until(lambda: runs, timeout=5)
     assert len(runs) == 1
     assert schedule.next_due > clock.epoch()
