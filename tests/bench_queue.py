@@ -15,7 +15,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from joinplane import aws, clock, ids, join_requests, pools, store
+from joinplane import aws, clock, ids, join_requests, pools
+from joinplane.dal import dynamo
 from joinplane.dal.requests import list_partition
 from joinplane.grants import Grant, Principal
 from joinplane.settings import settings
@@ -51,7 +52,7 @@ def request_item(pool_id: str, state: str, site: str = "site-1") -> dict[str, An
 def write(items: list[dict[str, Any]]) -> None:
     client = aws.client("dynamodb")
     for start in range(0, len(items), 25):
-        batch = [{"PutRequest": {"Item": store.serialize(i)}} for i in items[start : start + 25]]
+        batch = [{"PutRequest": {"Item": dynamo.serialize(i)}} for i in items[start : start + 25]]
         while batch:
             response = client.batch_write_item(RequestItems={settings().table_name: batch})
             batch = response.get("UnprocessedItems", {}).get(settings().table_name, [])

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, clock, container, store
+from joinplane import aws, clock, container
+from joinplane.dal import dynamo
 from joinplane.settings import settings
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
@@ -54,7 +55,7 @@ def all_items() -> list[dict[str, Any]]:
     kwargs: dict[str, Any] = {"TableName": settings().table_name}
     while True:
         page = client.scan(**kwargs)
-        items += [store.deserialize(raw) for raw in page["Items"]]
+        items += [dynamo.deserialize(raw) for raw in page["Items"]]
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from joinplane import keyauth, pools, store
+from joinplane import keyauth, pools
+from joinplane.dal import dynamo
 from joinplane.dal.pools import pool_key
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
@@ -31,7 +32,7 @@ def test_concurrent_creates_of_one_pool_make_exactly_one(table: str) -> None:
     winners = [r for r in results if isinstance(r, dict)]
     assert len(winners) == 1
     assert all(isinstance(r, AlreadyExists) for r in results if not isinstance(r, dict))
-    stored = store.get(*pool_key("acme", "contested"))
+    stored = dynamo.get(*pool_key("acme", "contested"))
     assert stored is not None and stored["name"] == winners[0]["name"]
 
 
@@ -51,7 +52,7 @@ def test_archive_racing_update_never_changes_an_archived_pool(table: str) -> Non
     results = release_together(work, THREADS, catch=JoinplaneError)
     # Then the pool is archived and keeps the name it had when it was archived
     archived = results[0]
-    stored = store.get(*pool_key("acme", "contested"))
+    stored = dynamo.get(*pool_key("acme", "contested"))
     assert stored is not None and stored["state"] == "archived"
     # Every update that succeeded happened before the archive: its name is older than the archive's
     assert stored["name"] == archived["name"]

@@ -11,9 +11,9 @@ from tests.support import call, join
 
 def reasons(reply) -> list[str]:
     assert reply.status == 202, reply.body
-    from joinplane import store
+    from joinplane.dal import dynamo
 
-    request = store.get(f"JREQ#{reply.body['joinRequest']['requestId']}", "JREQ")
+    request = dynamo.get(f"JREQ#{reply.body['joinRequest']['requestId']}", "JREQ")
     assert request is not None
     return [r["code"] for r in request["reasons"]]
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from joinplane import store
+from joinplane.dal import dynamo
 from joinplane.dal.tokens import token_key
 from tests.support import join
 from tests.support.table import all_items
 
 
 def uses_left(token: dict) -> int:
-    item = store.get(*token_key(token["tokenId"]))
+    item = dynamo.get(*token_key(token["tokenId"]))
     assert item is not None
     return int(item["usesRemaining"])
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from joinplane import clock, keyauth, store
+from joinplane import clock, keyauth
+from joinplane.dal import dynamo
 from joinplane.dal.tokens import token_key
 from joinplane.join_requests import ApproveJoinRequest, DecideJoinRequest, approve, reject
 from tests.support import call, join
@@ -15,7 +16,7 @@ from tests.support.table import all_items
 
 
 def uses_left(token: dict) -> int:
-    item = store.get(*token_key(token["tokenId"]))
+    item = dynamo.get(*token_key(token["tokenId"]))
     assert item is not None
     return int(item["usesRemaining"])
 
@@ -144,7 +145,7 @@ def test_a_single_use_token_still_lets_the_approved_retry_through(
     # Then the machine's retry is admitted and consumes the approval
     admitted = join({"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key)
     assert admitted.status == 200, admitted.body
-    request = store.get(f"JREQ#{deferred.body['joinRequest']['requestId']}", "JREQ")
+    request = dynamo.get(f"JREQ#{deferred.body['joinRequest']['requestId']}", "JREQ")
     assert (
         request is not None
         and request["state"] == "consumed"

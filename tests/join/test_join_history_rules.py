@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from joinplane import events, store
+from joinplane import events
+from joinplane.dal import dynamo
 from joinplane.dal.requests import request_key
 from joinplane.dal.tokens import token_key
 from tests.conftest import all_items
@@ -42,7 +43,7 @@ def test_another_pools_token_cannot_consume_or_see_a_request(
     approve(admin_key, request_id)
     consume = join({"joinToken": other_pool, "csr": machine.csr})
     assert (consume.status, consume.body["code"], consume.reason) == (400, 9, "WRONG_POOL")
-    assert store.get(*request_key(request_id))["state"] == "approved"
+    assert dynamo.get(*request_key(request_id))["state"] == "approved"
 
 
 def test_a_dry_run_never_says_more_than_the_join(make_token, admin_key, other_pool) -> None:
@@ -78,18 +79,18 @@ def test_a_rejection_does_not_carry_the_approvals_reason(make_token, machine_fac
         {"joinToken": make_token(requireApproval=True)["token"], "csr": machine_factory().csr}
     ).body["joinRequest"]["requestId"]
     approve(admin_key, request_id, reason="known rack")
-    old = store.get(*request_key(request_id))
+    old = dynamo.get(*request_key(request_id))
     reply = call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
         admin_key,
     )
-    new = store.get(*request_key(request_id))
+    new = dynamo.get(*request_key(request_id))
     event = events.from_stream_record(
         {
             "dynamodb": {
-                "OldImage": store.serialize(old),
-                "NewImage": store.serialize(new),
+                "OldImage": dynamo.serialize(old),
+                "NewImage": dynamo.serialize(new),
                 "SequenceNumber": "1",
             }
         }
@@ -155,9 +156,9 @@ def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(
     request_id = join({"joinToken": make_token(siteId="rack-1")["token"], "csr": machine_factory().csr}).body[
         "joinRequest"
     ]["requestId"]
-    stale = store.get(*request_key(request_id))  # read before the approval lands
+    stale = dynamo.get(*request_key(request_id))  # read before the approval lands
     approve(admin_key, request_id)
-    real_get = store.get
+    real_get = dynamo.get
     served = {"stale": False}
 
     def get_once_stale(pk: str, sk: str, **kw: Any) -> Any:
@@ -166,13 +167,13 @@ def test_a_reject_that_lost_to_an_approval_lands_in_the_right_listing(
             return stale
         return real_get(pk, sk, **kw)
 
-    monkeypatch.setattr(store, "get", get_once_stale)
+    monkeypatch.setattr(dynamo, "get", get_once_stale)
     reply = call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": request_id},
         admin_key,
     )
-    monkeypatch.setattr(store, "get", real_get)
+    monkeypatch.setattr(dynamo, "get", real_get)
     assert reply.status == 200 and reply.body["poolId"] == "gpu" and reply.body["state"] == "rejected"
     sibling = call(
         "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu-b", "state": "all"}, admin_key
@@ -247,7 +248,7 @@ def test_a_body_token_and_a_bearer_token_that_differ_are_refused(make_token, mac
         "VALIDATION_FAILED",
     ) and "differ" in reply.body["message"]
     for token in (first, second):
-        item = store.get(*token_key(token["tokenId"]))
+        item = dynamo.get(*token_key(token["tokenId"]))
         assert item is not None and item["usesRemaining"] == 1
     # And the same token in both places is fine
     same = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=first["token"])

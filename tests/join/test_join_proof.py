@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from joinplane import clock, keyauth, store
+from joinplane import clock, keyauth
+from joinplane.dal import dynamo
 from joinplane.join_requests import ApproveJoinRequest, approve
 from tests.support import LambdaContext, call, http_event, join, load_function, release_together, sign_proof
 from tests.support.table import all_items
@@ -25,7 +26,7 @@ def signed(machine: Any, credential: str, body: dict[str, Any], **options: Any) 
 
 
 def machine_record(machine_id: str) -> dict[str, Any]:
-    item = store.get(f"MACHINE#{machine_id}", "MACHINE")
+    item = dynamo.get(f"MACHINE#{machine_id}", "MACHINE")
     assert item is not None
     return item
 
@@ -209,7 +210,7 @@ def test_consuming_an_approval_needs_the_key(make_token, machine_factory, admin_
     for credential in (token, make_token(maxUses=1)):
         stolen = join(rejoin_body(credential, machine))
         assert (stolen.status, stolen.body["code"], stolen.reason) == (401, 16, "PROOF_REQUIRED")
-    request = store.get(f"JREQ#{request_id}", "JREQ")
+    request = dynamo.get(f"JREQ#{request_id}", "JREQ")
     assert request is not None and request["state"] == "approved"
     # The machine itself, proving its key, is admitted
     assert join(rejoin_body(token, machine), signed_by=machine.key).status == 200
@@ -231,7 +232,7 @@ def test_a_pending_retrys_proof_is_used_up_so_it_cannot_consume_the_approval_lat
     replay = join(None, raw=raw, proof=proof)
     # Then the proof was used up by the pending answer: no credentials, the approval still open
     assert (replay.status, replay.body["code"], replay.reason) == (401, 16, "PROOF_REPLAYED"), replay.body
-    request = store.get(f"JREQ#{request_id}", "JREQ")
+    request = dynamo.get(f"JREQ#{request_id}", "JREQ")
     assert request is not None and request["state"] == "approved"
 
 

@@ -11,7 +11,8 @@ the join kept the guarantee.
 
 from __future__ import annotations
 
-from joinplane import keyauth, store
+from joinplane import keyauth
+from joinplane.dal import dynamo
 from joinplane.dal.requests import request_key
 from joinplane.dal.tokens import token_key
 from joinplane.join_requests import ApproveJoinRequest, approve
@@ -29,7 +30,7 @@ def test_a_token_with_k_uses_admits_exactly_k_of_n_concurrent_joins(make_token, 
     replies = release_together(lambda i: join({"joinToken": token["token"], "csr": csrs[i]}), N)
     # Then exactly K are admitted, the rest refused as the token is used up, and the counter is 0
     assert sorted(r.status for r in replies) == [200] * K + [401] * (N - K)
-    item = store.get(*token_key(token["tokenId"]))
+    item = dynamo.get(*token_key(token["tokenId"]))
     assert item is not None and item["usesRemaining"] == 0
     assert len({r.body["machineId"] for r in replies if r.status == 200}) == K
 
@@ -65,7 +66,7 @@ def test_concurrent_retries_of_one_approval_admit_exactly_one(make_token, machin
         for r in replies
         if r.status != 200
     )
-    request = store.get(*request_key(request_id))
+    request = dynamo.get(*request_key(request_id))
     assert request is not None and request["machineId"] == admitted[0].body["machineId"]
-    machines = store.query(pk="MACHINES#acme#gpu", index="gsi1").items
+    machines = dynamo.query(pk="MACHINES#acme#gpu", index="gsi1").items
     assert len(machines) == 1

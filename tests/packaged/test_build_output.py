@@ -116,7 +116,7 @@ def _join_event(key: str) -> dict[str, Any]:
 
 
 def _stream_event(key: str) -> dict[str, Any]:
-    from joinplane import store
+    from joinplane.dal import dynamo
 
     image = {
         "pk": "JREQ#jreq_01m8nyzdwtnzdtnbrhz7qbzdv4",
@@ -136,8 +136,8 @@ def _stream_event(key: str) -> dict[str, Any]:
                 "eventName": "INSERT",
                 "dynamodb": {
                     "SequenceNumber": "1",
-                    "NewImage": store.serialize(image),
-                    "Keys": store.serialize({"pk": image["pk"], "sk": "JREQ"}),
+                    "NewImage": dynamo.serialize(image),
+                    "Keys": dynamo.serialize({"pk": image["pk"], "sk": "JREQ"}),
                 },
             }
         ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from joinplane import aws, store
+from joinplane import aws
+from joinplane.dal import dynamo
 from joinplane.settings import settings
 
 
@@ -15,7 +16,7 @@ def all_items() -> list[dict[str, Any]]:
     kwargs: dict[str, Any] = {"TableName": settings().table_name}
     while True:
         page = client.scan(**kwargs)
-        items += [store.deserialize(raw) for raw in page["Items"]]
+        items += [dynamo.deserialize(raw) for raw in page["Items"]]
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
