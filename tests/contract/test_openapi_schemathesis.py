@@ -13,7 +13,6 @@ reproduces it against `make run` (with its admin key in place of the test's).
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import os
 import subprocess
@@ -26,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from joinplane_local import openapi
-from joinplane_local.runtime import Runtime, start_runtime
+from joinplane_local.runtime import Runtime
 from tests.support import ROOT
+from tests.support.runtime import local_runtime
 
 SEED = 20261130
 MAX_EXAMPLES = int(os.environ.get("JOINPLANE_SCHEMATHESIS_EXAMPLES", "20"))
@@ -41,11 +41,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def runtime() -> Iterator[Runtime]:
-    running = start_runtime(port=0, log=io.StringIO())
-    try:
+    with local_runtime() as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _ek_certificate(directory: Path) -> Path:
