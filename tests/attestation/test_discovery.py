@@ -12,8 +12,8 @@ from joinplane.dal import discovery as discovery_db
 from joinplane.dal import dynamo
 from joinplane.errors import AlreadyExists, JoinplaneError
 from joinplane_local.seed import install_admin_key
-from tests.attestation import call, dynamodb_calls, make_key, make_site
 from tests.support import release_together
+from tests.support.attestation import call, dynamodb_calls, make_key, make_site
 from tests.support.table import all_items
 
 REGISTER, LIST, REMOVE = (f"/api/compute/discovery/{verb}" for verb in ("register", "list", "remove"))

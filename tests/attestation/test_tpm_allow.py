@@ -13,7 +13,7 @@ import pytest
 
 from joinplane import tpm_allow
 from joinplane.errors import InvalidArgument
-from tests.attestation import call, dynamodb_calls, make_key, make_site
+from tests.support.attestation import call, dynamodb_calls, make_key, make_site
 from tests.support.table import all_items
 
 ADD, LIST, REMOVE = (f"/api/compute/tpmAllowList/{verb}" for verb in ("add", "list", "remove"))

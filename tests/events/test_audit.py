@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from joinplane import audit, events
-from tests.events.test_events import record, transitions
 from tests.support import call
+from tests.support.events import record, transitions
 
 
 def as_eventbridge(event: events.Event) -> dict[str, Any]:

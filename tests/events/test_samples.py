@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 
 from joinplane import events
-from tests.events.test_events import SCHEMAS
 from tests.support import ROOT
+from tests.support.events import SCHEMAS
 
 SAMPLES = ROOT / "shared" / "samples"
 EVENTBRIDGE = sorted(SAMPLES.glob("eventbridge.*.json"))
