@@ -6,13 +6,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from joinplane import aws, clock, container
-from joinplane.dal import dynamo
-from joinplane.settings import settings
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
@@ -46,16 +43,3 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
 def admin_key(table: str) -> str:
     """A platform admin of tenant `acme`."""
     return install_admin_key("acme", None, "test admin")
-
-
-def all_items() -> list[dict[str, Any]]:
-    """Every item in the test's table (a Scan: tests only)."""
-    client = aws.client("dynamodb")
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": settings().table_name}
-    while True:
-        page = client.scan(**kwargs)
-        items += [dynamo.deserialize(raw) for raw in page["Items"]]
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

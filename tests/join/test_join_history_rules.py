@@ -13,8 +13,8 @@ from joinplane import events
 from joinplane.dal import dynamo
 from joinplane.dal.requests import request_key
 from joinplane.dal.tokens import token_key
-from tests.conftest import all_items
 from tests.support import call, join, sign_proof
+from tests.support.table import all_items
 
 
 def approve(admin_key: str, request_id: str, **extra: Any) -> dict[str, Any]:
