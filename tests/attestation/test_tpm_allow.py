@@ -14,6 +14,7 @@ import pytest
 from joinplane import tpm_allow
 from joinplane.errors import InvalidArgument
 from tests.support.attestation import call, dynamodb_calls, make_key, make_site
+from tests.support.csr import make_csr
 from tests.support.table import all_items
 
 ADD, LIST, REMOVE = (f"/api/compute/tpmAllowList/{verb}" for verb in ("add", "list", "remove"))
@@ -37,9 +38,8 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """An RSA-2048 v1 certificate (no version field: `x509 -req`), an ECDSA P-256 v3 one (`req
     -x509`, with extensions), and a CSR that is not a certificate."""
     folder = tmp_path_factory.mktemp("ek")
-    rsa_key, csr, rsa_cert = folder / "rsa.key", folder / "rsa.csr", folder / "rsa-v1.pem"
-    openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(rsa_key), "-out", str(csr),
-            "-subj", "/CN=EK RSA")  # fmt: skip
+    rsa = make_csr(folder, "rsa2048", "/CN=EK RSA", key_name="rsa.key", csr_name="rsa.csr")
+    rsa_key, csr, rsa_cert = rsa.key_path, rsa.csr_path, folder / "rsa-v1.pem"
     openssl("x509", "-req", "-in", str(csr), "-signkey", str(rsa_key), "-out", str(rsa_cert), "-days", "1")
     ec_key, ec_cert = folder / "ec.key", folder / "ec-v3.pem"
     openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
