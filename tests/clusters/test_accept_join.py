@@ -363,7 +363,7 @@ def test_a_store_outage_is_503_inventory_unavailable(key: str, monkeypatch: pyte
 
 def test_a_transaction_refused_for_other_reasons_is_503(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(writes: Any, **_: Any) -> None:
-        raise dynamo.TransactionCanceled(["ThrottlingError"], [None])
+        raise dynamo.TransactionCanceled(["ThrottlingError"])
 
     monkeypatch.setattr(dynamo, "transact", refused)
     reply = post(join_body("node-a", "10.0.0.1", [1]), key)
@@ -378,7 +378,7 @@ def test_a_join_that_keeps_losing_gives_up_with_503_before_its_deadline(
 
     def lost(writes: Any, **_: Any) -> None:
         calls.append(len(writes))
-        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"])
 
     monkeypatch.setattr(dynamo, "transact", lost)
     before = all_items()
@@ -404,7 +404,7 @@ def test_a_join_that_keeps_losing_without_a_deadline_stops_after_max_attempts(
 
     def lost(writes: Any, **_: Any) -> None:
         calls.append(len(writes))
-        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"])
 
     monkeypatch.setattr(dynamo, "transact", lost)
     monkeypatch.setattr(deadline.time, "sleep", lambda seconds: None)

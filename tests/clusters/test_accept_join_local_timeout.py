@@ -48,7 +48,7 @@ def test_a_join_that_cannot_finish_in_time_is_503_not_a_timeout(
     # And a store on which each commit takes 0.5 s and then loses to another join
     def slow_and_lost(writes: Any, **_: Any) -> None:
         time.sleep(0.5)
-        raise dynamo.TransactionCanceled(["None", "TransactionConflict"], [None, None])
+        raise dynamo.TransactionCanceled(["None", "TransactionConflict"])
 
     monkeypatch.setattr(dynamo, "transact", slow_and_lost)
     event = http_event(

@@ -49,13 +49,11 @@ class TransactionCanceled(Exception):
     """A transaction was cancelled. `failures` are the named conditions that failed; a transaction
     cancelled for another reason (throughput, a conflict that outlasted its retries) has none."""
 
-    def __init__(
-        self, reasons: list[str], current: list[Item | None], failures: tuple[Failure, ...] = ()
-    ) -> None:
-        super().__init__(f"transaction canceled: {reasons}")
-        self.reasons = reasons
-        # By position, as DynamoDB reports them. MIGRATION: goes once every caller reads `failures`.
-        self.current = current
+    def __init__(self, codes: list[str], failures: tuple[Failure, ...] = ()) -> None:
+        super().__init__(f"transaction canceled: {codes}")
+        # DynamoDB's codes, by position: read only through `contended` and `causes`, since a
+        # position means nothing outside `transact`.
+        self._codes = codes
         self.failures = failures
 
     def lost(self, name: str) -> bool:
@@ -72,12 +70,12 @@ class TransactionCanceled(Exception):
     def contended(self) -> bool:
         """Cancelled only by failed conditions or a transaction in flight: what the writer decided
         on moved, so reading again and deciding again may succeed (not so for throttling)."""
-        return set(self.reasons) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}
+        return set(self._codes) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}
 
     @property
     def causes(self) -> str:
         """DynamoDB's cancellation codes, for a message or a log line."""
-        return ", ".join(self.reasons)
+        return ", ".join(self._codes)
 
 
 def to_attribute(value: Any) -> dict[str, Any]:
@@ -378,7 +376,7 @@ def transact(writes: Iterable[Write], *, conflict_retries: int = 3) -> None:
                     for write, reason, current in outcomes
                     if reason == "ConditionalCheckFailed"
                 )
-                raise TransactionCanceled(cancelled.reasons, cancelled.current, failures) from None
+                raise TransactionCanceled(cancelled.reasons, failures) from None
             deadline.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
 
 
