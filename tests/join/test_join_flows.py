@@ -83,7 +83,9 @@ def test_admit_returns_identity_certificate_and_bootstrap(
 
 
 def test_proto_field_names_are_accepted(make_token, machine_factory) -> None:
+    # Given a token and a machine
     token = make_token()
+    # When it joins with the proto field names (snake_case) instead of their JSON names
     reply = join(
         {
             "join_token": token["token"],
@@ -93,10 +95,12 @@ def test_proto_field_names_are_accepted(make_token, machine_factory) -> None:
             "csr": machine_factory().csr,
         }
     )
+    # Then it is admitted as with the JSON names
     assert reply.status == 200, reply.body
 
 
 def test_token_in_the_authorization_header(make_token, machine_factory) -> None:
+    # Given a token, When a machine sends it as a bearer token instead of in the body, Then it joins
     token = make_token()
     assert join({"csr": machine_factory().csr}, bearer=token["token"]).status == 200
 
@@ -105,6 +109,7 @@ def test_deferral_creates_one_request_and_retries_find_it(make_token, machine_fa
     # Given a token that requires approval, used by one machine
     token = make_token(requireApproval=True, maxUses=5)
     machine = machine_factory()
+    # When it joins
     first = join({"joinToken": token["token"], "hostname": "h1", "csr": machine.csr})
     # Then the join is deferred with a pending request and a retry hint
     assert first.status == 202, first.body
@@ -157,6 +162,7 @@ def test_a_single_use_token_still_lets_the_approved_retry_through(
 
 
 def test_rejected_and_expired_requests_refuse_the_retry(make_token, machine_factory, admin_key) -> None:
+    # Given two deferred machines, one whose request an operator rejects
     admin = keyauth.verify(admin_key)
     assert admin is not None
     token = make_token(requireApproval=True, maxUses=3)
@@ -164,14 +170,17 @@ def test_rejected_and_expired_requests_refuse_the_retry(make_token, machine_fact
     r1 = join({"joinToken": token["token"], "csr": rejected_machine.csr}).body["joinRequest"]["requestId"]
     r2 = join({"joinToken": token["token"], "csr": expiring_machine.csr}).body["joinRequest"]["requestId"]
     reject(admin, DecideJoinRequest(tenantId="acme", poolId="gpu", requestId=r1, reason="unknown rack"))
+    # When the rejected machine retries
     refused = join({"joinToken": token["token"], "csr": rejected_machine.csr})
     assert (refused.status, refused.body["code"], refused.reason) == (
         403,
         7,
         "JOIN_REQUEST_REJECTED",
     ) and "unknown rack" in refused.body["message"]
+    # Then it is refused with the operator's reason
     assert refused.metadata == {"requestId": r1, "rejectionReason": "unknown rack"}
-    # An approval with a 60 s TTL, left alone, expires by the clock alone
+    # When the other machine's approval (60 s TTL) is left alone past its TTL
+    # Then its retry is refused as expired: by the clock alone
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=r2, ttlSeconds=60))
     clock.advance(61)
     late = join({"joinToken": token["token"], "csr": expiring_machine.csr})
@@ -186,13 +195,14 @@ def test_rejected_and_expired_requests_refuse_the_retry(make_token, machine_fact
 def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
     make_token, machine_factory, tmp_path: Path
 ) -> None:
+    # Given an admitted machine whose single-use token is now used up
     token = make_token(maxUses=1)
     machine = machine_factory()
     first = join({"joinToken": token["token"], "csr": machine.csr, "workerImage": "worker:1.0"})
     assert first.status == 200
     # The first image sent is the baseline: sending it follows the pool's current image
     assert first.body["bootstrap"]["workerImage"] == "worker:2.0"
-    # Re-join with the same key, the token now used up: same machine, new token
+    # When it re-joins with the same key: Then it is the same machine, with a new machine token
     second = join(
         {"joinToken": token["token"], "csr": machine.new_csr(), "workerImage": "worker:custom"},
         signed_by=machine.key,
@@ -201,7 +211,7 @@ def test_rejoin_rotates_the_machine_token_and_renew_issues_certificates(
     assert second.body["machineId"] == first.body["machineId"]
     assert second.body["machineToken"] != first.body["machineToken"]
     assert second.body["bootstrap"]["workerImage"] == "worker:custom"  # pinned: handed back as sent
-    # The old machine token stops working; the new one renews the certificate
+    # And the old machine token stops working while the new one renews the certificate
     stale = join(
         {"machineToken": first.body["machineToken"], "csr": machine.csr},
         path="/machines/renew",
@@ -222,6 +232,7 @@ def openssl_verify_ok(tmp_path: Path, body: dict) -> bool:
 
 
 def test_a_revoked_machine_cannot_rejoin_or_renew(make_token, machine_factory, admin_key) -> None:
+    # Given an admitted machine that an operator revokes
     token = make_token(maxUses=3)
     machine = machine_factory()
     admitted = join({"joinToken": token["token"], "csr": machine.csr}).body
@@ -231,6 +242,7 @@ def test_a_revoked_machine_cannot_rejoin_or_renew(make_token, machine_factory, a
         admin_key,
     )
     assert revoked.status == 200 and revoked.body["state"] == "revoked"
+    # When it re-joins, or renews, Then both are refused as revoked, and neither took a token use
     again = join({"joinToken": token["token"], "csr": machine.new_csr()})
     assert (again.status, again.body["code"], again.reason) == (403, 7, "MACHINE_REVOKED")
     renew = join({"machineToken": admitted["machineToken"], "csr": machine.csr}, path="/machines/renew")
@@ -239,14 +251,18 @@ def test_a_revoked_machine_cannot_rejoin_or_renew(make_token, machine_factory, a
 
 
 def test_archived_pool_refuses_joins(make_token, machine_factory, admin_key) -> None:
+    # Given a token of a pool that is then archived
     token = make_token()
     call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
+    # When a machine joins with it
     reply = join({"joinToken": token["token"], "csr": machine_factory().csr})
+    # Then it is refused as the pool is archived, and the token keeps its use
     assert (reply.status, reply.body["code"], reply.reason) == (400, 9, "POOL_ARCHIVED")
     assert uses_left(token) == 1
 
 
 def test_every_token_refusal_reads_the_same(make_token, machine_factory, admin_key) -> None:
+    # Given a revoked, an expired and a used-up token, and secrets that were never tokens
     revoked, expired, used = make_token(), make_token(ttlSeconds=60), make_token()
     call("/api/compute/joinTokens/revoke", {"tenantId": "acme", "tokenId": revoked["tokenId"]}, admin_key)
     assert join({"joinToken": used["token"], "csr": machine_factory().csr}).status == 200
@@ -260,14 +276,18 @@ def test_every_token_refusal_reads_the_same(make_token, machine_factory, admin_k
         "",
         "jpk_" + used["token"][4:],
     ]
+    # When a machine joins with each
     replies = [join({"joinToken": secret, "csr": machine_factory().csr}) for secret in cases]
+    # Then every refusal is the same, word for word: none tells a guesser which tokens exist
     assert all((r.body["code"], r.reason) == (16, "JOIN_TOKEN_INVALID") for r in replies)
     assert len({r.body["message"] for r in replies}) == 1
 
 
 def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, machine_factory) -> None:
+    # Given a token
     token = make_token(maxUses=2)
     before = all_items()
+    # When a machine joins reporting a fatal preflight failure, Then it is refused and nothing is stored
     fatal = join(
         {
             "joinToken": token["token"],
@@ -281,6 +301,7 @@ def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, m
         "PREFLIGHT_FAILED",
     ) and "nvidia-driver" in fatal.body["message"]
     assert all_items() == before
+    # When one joins reporting only error and warning failures, Then it joins, marked unschedulable
     soft = join(
         {
             "joinToken": token["token"],
@@ -295,9 +316,12 @@ def test_preflight_fatal_stores_nothing_and_error_is_unschedulable(make_token, m
 
 
 def test_dry_run_gives_the_verdict_and_changes_nothing(make_token, machine_factory) -> None:
+    # Given a token that requires approval
     token = make_token(requireApproval=True)
     before = all_items()
+    # When a machine joins as a dry run
     reply = join({"joinToken": token["token"], "csr": machine_factory().csr, "dryRun": True})
+    # Then it is told it would be deferred and why, and nothing is stored
     assert reply.status == 200 and reply.body["verdict"] == "defer" and reply.body["ok"] is False
     assert reply.body["reasons"][0]["code"] == "approval_required"
     assert all_items() == before
