@@ -58,8 +58,6 @@ VERSION = "joinplane-proof-v1"
 WINDOW_MS = 300_000
 FUTURE_SKEW_MS = 60_000
 MAX_HEADER_CHARS = 4096
-# The attribute of the identity record that holds the newest accepted proof's `t`.
-MARK = "proofAt"
 
 REQUIRED = (
     "this key has joined before: credentials for it are handed out again only with a fresh proof of "
@@ -83,18 +81,10 @@ class Proof:
 
 @dataclass(frozen=True)
 class VerifiedProof:
-    """A proof that verified. It is accepted by the write that moves the identity's mark to `t`,
-    on the condition that the mark is older (`newer_than_mark`)."""
+    """A proof that verified. It is accepted by the join's write that moves the identity's mark to
+    `t` on the condition that the mark is older (joinplane.dal.joins holds the condition)."""
 
     timestamp_ms: int
-
-    def newer_than_mark(self) -> str:
-        """A condition for an identity record's write: this proof is newer than every one before."""
-        return f"(attribute_not_exists({MARK}) OR {MARK} < :proofAt)"
-
-    def is_behind(self, item: dict[str, Any] | None) -> bool:
-        """Whether a write failed because the record already holds this proof or a newer one."""
-        return item is not None and int(item.get(MARK, -1)) >= self.timestamp_ms
 
 
 def _b64(value: str, name: str) -> bytes:
