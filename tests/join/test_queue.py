@@ -52,11 +52,14 @@ def test_exactly_one_of_concurrent_decisions_writes(verb, make_token, machine_fa
 
 
 def test_approving_twice_returns_the_approval_unchanged(make_token, machine_factory, admin_key) -> None:
+    # Given a pending request, approved once
     [request_id] = defer_machines(make_token, machine_factory, 1)
     body = {"tenantId": "acme", "poolId": "gpu", "requestId": request_id, "reason": "known rack"}
     first = call("/api/compute/joinRequests/approve", body, admin_key)
+    # When it is approved again later, with another TTL
     clock.advance(5)
     second = call("/api/compute/joinRequests/approve", {**body, "ttlSeconds": 600}, admin_key)
+    # Then the answer is the first approval, unchanged
     assert first.status == second.status == 200 and first.body == second.body
     assert first.body["reason"] == "known rack"
 
@@ -64,18 +67,21 @@ def test_approving_twice_returns_the_approval_unchanged(make_token, machine_fact
 def test_decided_states_are_invalid_state_exactly_as_the_seed_says(
     make_token, machine_factory, admin_key
 ) -> None:
+    # Given a rejected request
     [rejected] = defer_machines(make_token, machine_factory, 1)
     call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
         admin_key,
     )
+    # When it is rejected again, Then that is the rejection, answered again
     again = call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
         admin_key,
     )
     assert again.status == 200 and again.body["state"] == "rejected"
+    # When it is approved, Then that is INVALID_STATE: the decision is made
     approve = call(
         "/api/compute/joinRequests/approve",
         {"tenantId": "acme", "poolId": "gpu", "requestId": rejected},
@@ -142,12 +148,14 @@ def test_isolation_between_pools_and_tenants(make_token, machine_factory, admin_
     ],
 )
 def test_seed_constraints(make_token, admin_key, field) -> None:
+    # Given a list or approve body with one field outside the seed's constraints
     name, value = field
     path = "list" if name in ("limit", "state") else "approve"
     body = {"tenantId": "acme", "poolId": "gpu", name: value}
     if path == "approve":
         body["requestId"] = "jreq_" + "0" * 26
     make_token()
+    # When it is sent, Then it is INVALID_ARGUMENT
     reply = call(f"/api/compute/joinRequests/{path}", body, admin_key)
     assert reply.code == "INVALID_ARGUMENT"
 
@@ -155,15 +163,16 @@ def test_seed_constraints(make_token, admin_key, field) -> None:
 def test_list_pages_through_pool_and_site_requests_oldest_first(
     make_token, machine_factory, admin_key
 ) -> None:
+    # Given 5 requests through the pool's token and 3 through its site's, one of the pool's decided
     pool_requests = defer_machines(make_token, machine_factory, 5)
     site_requests = defer_machines(make_token, machine_factory, 3, siteId="rack-1")
-    # One of the pool's requests is decided: it leaves the pending listing
     call(
         "/api/compute/joinRequests/reject",
         {"tenantId": "acme", "poolId": "gpu", "requestId": pool_requests[0]},
         admin_key,
     )
     expected = sorted(pool_requests[1:] + site_requests)
+    # When the pending ones are listed 3 at a time
     seen: list[str] = []
     cursor = None
     while True:
@@ -174,6 +183,7 @@ def test_list_pages_through_pool_and_site_requests_oldest_first(
         cursor = page.get("nextCursor")
         if not cursor:
             break
+    # Then every pending request shows once, oldest first; the decided one is listed with state=all
     assert seen == expected
     everything = call(
         "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu", "state": "all"}, admin_key
@@ -182,6 +192,8 @@ def test_list_pages_through_pool_and_site_requests_oldest_first(
 
 
 def test_a_page_costs_a_bounded_number_of_queries(make_token, machine_factory, admin_key) -> None:
+    # Given 4 pending requests, When each listing state is asked for, Then each page costs a bounded
+    # number of Queries and never a Scan
     defer_machines(make_token, machine_factory, 4)
     counted: Counter[str] = Counter()
 
@@ -208,6 +220,7 @@ def test_a_page_costs_a_bounded_number_of_queries(make_token, machine_factory, a
 def test_keys_see_site_requests_only_through_a_pool_of_that_site(
     make_token, machine_factory, admin_key
 ) -> None:
+    # Given a request made through a site token of rack-1, and a pool in another site
     [site_request] = defer_machines(make_token, machine_factory, 1, siteId="rack-1")
     admin = keyauth.verify(admin_key)
     assert admin is not None
@@ -216,9 +229,11 @@ def test_keys_see_site_requests_only_through_a_pool_of_that_site(
         {"tenantId": "acme", "poolId": "elsewhere", "siteId": "rack-9", "name": "e", "workspaceId": "w"},
         admin_key,
     )
+    # When each pool's requests are listed
     elsewhere = call(
         "/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "elsewhere"}, admin_key
     ).body
+    # Then the other site's pool sees none; rack-1's pool sees it, with no pool of its own yet
     assert elsewhere["requests"] == []
     here = call("/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu"}, admin_key).body
     assert [r["requestId"] for r in here["requests"]] == [site_request] and here["requests"][0][
