@@ -67,9 +67,11 @@ def test_a_rejoin_with_a_fresh_proof_rotates_the_token(make_token, machine_facto
 
 @pytest.mark.parametrize("kind", ["p384", "ed25519", "rsa2048"])
 def test_every_allowed_key_type_can_prove(make_token, machine_factory, kind: str) -> None:
+    # Given a machine admitted with a key of each allowed kind
     token = make_token(maxUses=2)
     machine = machine_factory(kind)
     assert join(rejoin_body(token, machine)).status == 200
+    # When it re-joins with a proof signed by that key, Then it is admitted
     again = join(rejoin_body(token, machine), signed_by=machine.key)
     assert again.status == 200, again.body
 
@@ -109,6 +111,8 @@ def test_a_captured_proof_is_worth_nothing_again(make_token, machine_factory) ->
 def test_the_window_is_five_minutes_back_and_one_ahead(make_token, machine_factory) -> None:
     token = make_token(maxUses=5)
     machine = machine_factory()
+    # Given an admitted machine, When it re-joins with proofs dated around now, Then only those within
+    # five minutes back and one minute ahead are accepted
     join(rejoin_body(token, machine))
     now = int(clock.epoch() * 1000)
     # (in order of t: each accepted proof must be newer than the last one accepted)
@@ -119,9 +123,10 @@ def test_the_window_is_five_minutes_back_and_one_ahead(make_token, machine_facto
 
 def test_a_proof_made_with_another_key_does_not_verify(make_token, machine_factory) -> None:
     token = make_token(maxUses=5)
+    # Given an admitted machine and a thief with a key of its own
     machine, thief = machine_factory(), machine_factory()
     join(rejoin_body(token, machine))
-    # Signed by the thief's key, body and token right
+    # When the thief signs the machine's re-join, body and token right: Then it does not verify
     refused = join(rejoin_body(token, machine), signed_by=thief.key)
     assert (refused.status, refused.body["code"], refused.reason) == (401, 16, "PROOF_INVALID")
     # Naming the thief's key in the header does not help: the signer must be the identity
@@ -152,10 +157,13 @@ def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
 ) -> None:
     token = make_token(maxUses=5)
     machine = machine_factory()
+    # Given an admitted machine
     join(rejoin_body(token, machine))
     before = all_items()
+    # When it re-joins with a malformed proof header
     now = str(int(clock.epoch() * 1000))
     reply = join(rejoin_body(token, machine), proof=header.replace("t=1,", f"t={now},"))
+    # Then it is a 400 naming the header, and nothing changed
     if header.endswith("key=AAAA"):
         assert (reply.status, reply.body["code"], reply.reason) == (400, 3, "PROOF_MALFORMED"), reply.body
     else:
@@ -165,6 +173,7 @@ def test_a_malformed_proof_is_a_clear_400_and_changes_nothing(
 
 
 def test_a_proof_on_a_fingerprint_join_is_refused(make_token, machine_factory) -> None:
+    # Given a fingerprint join (no CSR, so no key to prove), When it carries a proof, Then it is refused
     token = make_token()
     machine = machine_factory()
     raw, proof = signed(machine, token["token"], {"joinToken": token["token"], "machineFingerprint": "fp-1"})
@@ -205,14 +214,16 @@ def approved_machine(make_token, machine_factory, admin_key) -> tuple[dict[str, 
 
 
 def test_consuming_an_approval_needs_the_key(make_token, machine_factory, admin_key) -> None:
+    # Given a machine whose deferred request was approved
     token, machine, request_id = approved_machine(make_token, machine_factory, admin_key)
-    # The captured first body alone, with any token of the pool, does not consume the approval
+    # When its captured first body is sent again, with any token of the pool: Then it is refused, and
+    # the approval is not consumed
     for credential in (token, make_token(maxUses=1)):
         stolen = join(rejoin_body(credential, machine))
         assert (stolen.status, stolen.body["code"], stolen.reason) == (401, 16, "PROOF_REQUIRED")
     request = dynamo.get(f"JREQ#{request_id}", "JREQ")
     assert request is not None and request["state"] == "approved"
-    # The machine itself, proving its key, is admitted
+    # And the machine itself, proving its key, is admitted
     assert join(rejoin_body(token, machine), signed_by=machine.key).status == 200
 
 
@@ -239,9 +250,12 @@ def test_a_pending_retrys_proof_is_used_up_so_it_cannot_consume_the_approval_lat
 def test_a_dry_run_says_a_rejoin_needs_a_proof(make_token, machine_factory) -> None:
     token = make_token(maxUses=5)
     machine = machine_factory()
+    # Given an admitted machine
     join(rejoin_body(token, machine))
+    # When it asks for a dry run of a re-join without a proof, Then the verdict is deny, naming the proof
     dry = join({**rejoin_body(token, machine), "dryRun": True})
     assert dry.body["verdict"] == "deny" and "proof" in dry.body["errMsg"]
+    # And with a proof the verdict is admit
     proven = join({**rejoin_body(token, machine), "dryRun": True}, signed_by=machine.key)
     assert proven.body["verdict"] == "admit"
 
@@ -251,13 +265,15 @@ def test_a_dry_run_says_a_rejoin_needs_a_proof(make_token, machine_factory) -> N
 
 def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> None:
     token = make_token()
+    # Given an admitted machine whose proven renewal was captured
     machine, thief = machine_factory(), machine_factory()
     admitted = join(rejoin_body(token, machine)).body
     renew_body = {"machineToken": admitted["machineToken"], "csr": machine.csr}
     raw = json.dumps(renew_body).encode()
     proof = sign_proof(machine.key, purpose="renew", credential=admitted["machineToken"], body=raw)
     assert join(None, raw=raw, proof=proof, path="/machines/renew").status == 200
-    # Replayed as captured, or with the thief's CSR under the captured proof, or with no proof
+    # When it is replayed as captured, or with the thief's CSR under the captured proof, or with no
+    # proof: Then each is refused, for its own reason
     as_is = join(None, raw=raw, proof=proof, path="/machines/renew")
     swapped = join(
         {"machineToken": admitted["machineToken"], "csr": thief.csr}, proof=proof, path="/machines/renew"
@@ -279,11 +295,12 @@ def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> Non
 
 def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, machine_factory) -> None:
     token = make_token()
+    # Given an admitted machine renewing with a CSR for a new key
     old, new = machine_factory(), machine_factory()
     admitted = join(rejoin_body(token, old)).body
     body = {"machineToken": admitted["machineToken"], "csr": new.csr}
     raw = json.dumps(body).encode()
-    # Signed by the new key: refused (the server knows only the old one)
+    # When it is signed by the new key: Then it is refused (the server knows only the old one)
     by_new = sign_proof(
         new.key, purpose="renew", credential=admitted["machineToken"], body=raw, public_key=new.key
     )
@@ -298,7 +315,7 @@ def test_a_renewal_that_rotates_the_key_is_signed_by_the_old_one(make_token, mac
         16,
         "PROOF_INVALID",
     ) and "csrsig" in alone.body["message"]
-    # Signed by both: the identity moves to the new key
+    # When it is signed by both: Then the identity moves to the new key
     by_both = sign_proof(
         old.key,
         purpose="renew",
@@ -344,10 +361,12 @@ def test_a_renewal_cannot_rotate_into_another_machines_key(make_token, machine_f
 
 
 def test_fingerprint_joins_still_work_for_levers9_clients(make_token) -> None:
+    # Given a token, When a levers9 client joins twice by fingerprint (no CSR, no proof)
     token = make_token(maxUses=2)
     body = {"joinToken": token["token"], "machineFingerprint": "levers9-host-1"}
     first = join(body)
     again = join(body)  # a levers9 agent restarting: nothing to prove with, as before
+    # Then both are admitted, as the same machine
     assert first.status == again.status == 200
     assert again.body["machineId"] == first.body["machineId"]
 
@@ -366,6 +385,7 @@ def test_a_token_can_require_key_bound_identities(make_token, machine_factory) -
 
 
 def test_the_identity_setting_is_validated(admin_key: str, pool: dict[str, Any]) -> None:
+    # When a token is made with an identity setting that is not one, Then it is INVALID_ARGUMENT
     reply = call(
         "/api/compute/joinTokens/create",
         {"tenantId": "acme", "poolId": "gpu", "attestation": {"identity": "maybe"}},
