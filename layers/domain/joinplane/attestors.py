@@ -9,7 +9,10 @@ reproducible and the lookups are counted in one place (`join.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from joinplane.dal.tokens import JoinToken
 
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
 
@@ -91,29 +94,29 @@ def identity(policy: str, facts: Facts) -> list[Vote]:
     return []
 
 
-def token_policy(token: dict[str, Any]) -> list[Vote]:
+def token_policy(token: JoinToken) -> list[Vote]:
     votes = []
-    if token.get("poolId") is None:
+    if token.pool_id is None:
         votes.append(
             Vote("token", DEFER, "site_token", "a site token defers every join until a pool claims it")
         )
-    if token.get("requireApproval"):
+    if token.require_approval:
         votes.append(
             Vote("token", DEFER, "approval_required", "this join token requires an operator's approval")
         )
     return votes
 
 
-def evaluate(token: dict[str, Any], facts: Facts) -> list[Vote]:
+def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
     """Every vote that is not a plain admit, in a stable order. The facts carry all the attestors
     read of the request."""
-    attestation = token.get("attestation") or {}
+    policy = token.attestation
     return [
         *token_policy(token),
         *hardware_ids(facts),
-        *discovery(attestation.get("discovery", "off"), facts),
-        *tpm(attestation.get("tpm", "off"), facts),
-        *identity(attestation.get("identity", "any"), facts),
+        *discovery(policy.discovery, facts),
+        *tpm(policy.tpm, facts),
+        *identity(policy.identity_policy, facts),
     ]
 
 

@@ -124,12 +124,11 @@ def _admitted(
     pool: Pool, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
 ) -> Response:
     return 200, join_wire.join_response(
+        pool,
         ok=True,
-        workspaceId=pool.workspace_id,
-        poolName=pool.name,
         machineId=machine_id,
         machineToken=token,
-        bootstrap=join_wire.bootstrap(pool.to_item(), image),
+        bootstrap=join_wire.bootstrap(pool, image),
         certificate=cert.certificate,
         caCertificates=cert.ca_certificates,
         certificateExpiresAt=cert.expires_at,

@@ -179,4 +179,4 @@ def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
 
 
 def votes(attempt: Attempt, facts: attestors.Facts) -> list[attestors.Vote]:
-    return attestors.evaluate(attempt.token.to_item(), facts)
+    return attestors.evaluate(attempt.token, facts)

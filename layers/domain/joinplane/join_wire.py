@@ -19,7 +19,7 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -328,9 +328,23 @@ def _sink(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: value.get(k, "") for k in ("destination", "credential", "streamPrefix")}
 
 
-def bootstrap(pool: dict[str, Any], worker_image: str) -> dict[str, Any]:
+class JoinedPool(Protocol):
+    """What the join's answer reads of a pool: a `joinplane.dal.pools.Pool`, named by shape because
+    a dialect does not import the table's records."""
+
+    @property
+    def workspace_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def bootstrap(self) -> dict[str, Any]: ...
+
+
+def bootstrap(pool: JoinedPool, worker_image: str) -> dict[str, Any]:
     """`controlplaneMachineBootstrapConfig` from the pool's defaults, every field present."""
-    d = pool.get("bootstrap") or {}
+    d = pool.bootstrap
     telemetry = d.get("telemetry")
     billing = d.get("billing")
     return {
@@ -338,8 +352,8 @@ def bootstrap(pool: dict[str, Any], worker_image: str) -> dict[str, Any]:
         "controlplaneGrpcHost": d.get("controlplaneGrpcHost", ""),
         "controlplaneGrpcPort": d.get("controlplaneGrpcPort", 0),
         "controlplaneGrpcTls": d.get("controlplaneGrpcTls", False),
-        "workspaceId": pool["workspaceId"],
-        "poolName": pool["name"],
+        "workspaceId": pool.workspace_id,
+        "poolName": pool.name,
         "transport": d.get("transport", ""),
         "executor": d.get("executor", ""),
         "fallback": d.get("fallback", ""),
@@ -368,8 +382,9 @@ def bootstrap(pool: dict[str, Any], worker_image: str) -> dict[str, Any]:
     }
 
 
-def join_response(**fields: Any) -> dict[str, Any]:
-    """`controlplaneJoinMachineResponse` with every field present, plus our additive fields."""
+def join_response(pool: JoinedPool | None = None, **fields: Any) -> dict[str, Any]:
+    """`controlplaneJoinMachineResponse` with every field present, plus our additive fields; the
+    pool joined (if any) names its workspace and itself."""
     body: dict[str, Any] = {
         "ok": False,
         "errMsg": "",
@@ -385,5 +400,7 @@ def join_response(**fields: Any) -> dict[str, Any]:
         "joinRequest": None,
         "retryAfterSeconds": 0,
     }
+    if pool is not None:
+        body.update(workspaceId=pool.workspace_id, poolName=pool.name)
     body.update(fields)
     return body
