@@ -29,12 +29,6 @@ MACHINE = {
 }
 
 
-@pytest.fixture
-def site_a(admin_key: str) -> str:
-    make_site(admin_key, "site-a")
-    return admin_key
-
-
 def discovery_items() -> list[dict[str, Any]]:
     return [item for item in all_items() if item["pk"].endswith("#DISCOVERY")]
 

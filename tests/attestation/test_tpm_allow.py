@@ -47,12 +47,6 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"rsa": rsa_cert, "ec": ec_cert, "csr": csr}
 
 
-@pytest.fixture
-def site_a(admin_key: str) -> str:
-    make_site(admin_key, "site-a")
-    return admin_key
-
-
 def allow_items() -> list[dict[str, Any]]:
     return [item for item in all_items() if item["pk"].endswith("#TPMALLOW")]
 

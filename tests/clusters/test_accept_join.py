@@ -31,11 +31,6 @@ from tests.support.clusters import (
 from tests.support.table import all_items
 
 
-@pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
-
-
 def test_preflight_passes_with_the_merged_report_and_writes_nothing(key: str) -> None:
     # Given a cluster with node-a and its guests 1-3
     assert post(join_body("node-a", "10.0.0.1", [1, 2, 3]), key).status == 200

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from joinplane import aws
-from tests.support.clusters import join_body, make_cluster, post
+from tests.support.clusters import join_body, post
 
 
 @pytest.fixture
@@ -24,11 +24,6 @@ def calls(admin_key: str) -> Iterator[Counter[str]]:
     aws.client("dynamodb").meta.events.register("before-call.dynamodb.*", count, unique_id="cluster-budget")
     yield counted
     aws.client("dynamodb").meta.events.unregister("before-call.dynamodb.*", unique_id="cluster-budget")
-
-
-@pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
 
 
 def test_an_accepted_join_reads_six_times_and_commits_once(key: str, calls: Counter[str]) -> None:

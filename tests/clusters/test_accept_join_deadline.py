@@ -21,7 +21,6 @@ from tests.support.clusters import (
     Remaining,
     cluster_nodes,
     join_body,
-    make_cluster,
     post,
     registry,
 )
@@ -31,11 +30,6 @@ GUESTS = 40  # each node's guests interleaved with the others': every join touch
 DEADLINE = 2.0  # seconds each invocation has
 MARGIN = 0.25  # an answer may come this much after the deadline at most (it should come before)
 STORE_LATENCY = 0.3  # a slow commit: the 8 joins cannot all commit within one invocation
-
-
-@pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
 
 
 @pytest.fixture

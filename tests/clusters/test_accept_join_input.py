@@ -36,11 +36,6 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
-
-
-@pytest.fixture
 def body() -> dict[str, Any]:
     return join_body("node-a", "10.0.0.1", [1, 2])
 

@@ -16,14 +16,9 @@ import pytest
 
 from joinplane.dal import dynamo
 from tests.support import release_together
-from tests.support.clusters import cluster_nodes, join_body, make_cluster, post, registry
+from tests.support.clusters import cluster_nodes, join_body, post, registry
 
 N = 8
-
-
-@pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
 
 
 def test_overlapping_joins_at_once_admit_exactly_one(key: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from joinplane import credentials
 from tests.support import call
-from tests.support.clusters import POOL, TENANT, join_body, make_cluster, post
+from tests.support.clusters import POOL, TENANT, join_body, post
 from tests.support.table import all_items
 
 REF = {"tenantId": TENANT, "poolId": POOL}
@@ -18,11 +18,6 @@ def api_key(admin_key: str, *grants: str, tenant: str = TENANT) -> str:
     created = call("/api/compute/apiKeys/create", {"tenantId": tenant, "grants": list(grants)}, admin_key)
     assert created.status == 200, created.body
     return str(created.body["key"])
-
-
-@pytest.fixture
-def key(admin_key: str) -> str:
-    return make_cluster(admin_key)
 
 
 def test_rotate_key_returns_a_key_once_and_stores_only_its_digest(admin_key: str, key: str) -> None:
