@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from joinplane import aws, clock, ids, join_requests, pools
+from joinplane import aws, clock, container, ids, join_requests, pools
 from joinplane.dal import dynamo
 from joinplane.dal.requests import list_partition
 from joinplane.grants import Grant, Principal
@@ -63,11 +63,11 @@ def main() -> int:
     running = emulator.start()
     os.environ["AWS_ENDPOINT_URL"] = running.endpoint_url
     os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-    aws.reset()
+    container.reset()
     names = Names(physical={"Table": f"bench-{uuid.uuid4().hex[:8]}", "EventBus": "bench-bus"})
     create_resources(Template(load(), names), aws.client)
     os.environ["TABLE_NAME"] = names.physical["Table"]
-    settings.cache_clear()
+    container.reset(keep_clients=True)
     admin = Principal("key_bench", "acme", (Grant.parse("*@platform"),))
     pools.create(
         admin, pools.CreatePool(tenantId="acme", poolId="ours", siteId="site-1", name="ours", workspaceId="w")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from joinplane import aws, clock, container
+from joinplane import aws, container
 from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
@@ -20,7 +20,7 @@ def emulator() -> Iterator[local_emulator.Emulator]:
     local_emulator.use_fake_credentials()
     running = local_emulator.start()
     os.environ["AWS_ENDPOINT_URL"] = running.endpoint_url
-    aws.reset()
+    container.reset()
     yield running
     running.stop()
 
@@ -36,7 +36,7 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
     # What a warm container cached belongs to the old table; the clients still reach the same emulator.
     container.reset(keep_clients=True)
     yield names.physical["Table"]
-    clock.reset()
+    container.reset(keep_clients=True)  # the clock a test moved goes back too
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import argparse
 import os
 import sys
 
-from joinplane import aws
-from joinplane.settings import settings
+from joinplane import aws, container
 from joinplane_local.seed import install_admin_key
 
 
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     stacks = aws.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
     os.environ["TABLE_NAME"] = outputs["TableName"]
-    settings.cache_clear()
+    container.reset(keep_clients=True)  # the table's name changed, not the endpoint
     secret = install_admin_key(args.tenant, None, f"bootstrap admin of {args.stack_name}")
     print(secret)
     print(f"API: {outputs.get('ApiUrl', '(see the stack outputs)')}", file=sys.stderr)

@@ -26,8 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TextIO
 
-from joinplane import aws
-from joinplane.settings import settings
+from joinplane import container
 
 from . import emulator as embedded
 from .functions import Functions
@@ -159,9 +158,8 @@ def _shutdown(
     if functions is not None:
         functions.unload()
     environment.restore()
-    # Cached clients and settings were made for this run's endpoint and names.
-    aws.reset()
-    settings.cache_clear()
+    # What the functions cached (clients, settings, pools, the clock's offset) was this run's.
+    container.reset()
 
 
 def _stack_names(clients: ClientFactory, template: Template, stack_name: str) -> dict[str, str]:
@@ -250,8 +248,7 @@ def start_runtime(
                 endpoint_url = emulator.endpoint_url
             assert endpoint_url is not None
             environment.set({"AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": region})
-        aws.reset()
-        settings.cache_clear()
+        container.reset()  # whatever a previous run in this process cached was for its endpoint
         clients = client_factory(endpoint_url, region)
 
         document = load(template_path)
@@ -292,7 +289,7 @@ def start_runtime(
                 )
 
         environment.set(template.function_environment())
-        settings.cache_clear()
+        container.reset(keep_clients=True)  # the functions' names are set now
         functions = Functions(template, base_dir=template_path.parent, enforce_timeouts=enforce_timeouts)
         # A unique suffix keeps apart the rules and queues of runs sharing one account or emulator.
         worker_set = Workers(

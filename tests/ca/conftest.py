@@ -16,16 +16,12 @@ from moto import mock_aws
 from moto.secretsmanager.models import SecretsManagerBackend
 from moto.server import ThreadedMotoServer
 
-from joinplane import aws, ca, clock
-from joinplane.settings import settings
+from joinplane import aws, container
 from tests.support.csr import Csrs, OpensslTool
 
 
 def _reset_process_state() -> None:
-    settings.cache_clear()
-    aws.reset()
-    ca.reset()
-    clock.reset()
+    container.reset()
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +48,7 @@ def secretsmanager() -> Iterator[Any]:
     """Secrets Manager emulated in-process; yields the same client the CA module uses."""
     with mock_aws():
         yield aws.client("secretsmanager")
-        aws.reset()
+        container.reset()  # its clients were mock_aws's
 
 
 @pytest.fixture
@@ -78,14 +74,14 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    aws.reset()
+    container.reset()  # clients for the new endpoint
     try:
         yield endpoint
     finally:
         # No moto reset here: its backends are process-global, and the session's embedded emulator
         # (tests/conftest.py) may share them. Race tests use fresh pool ids instead.
         server.stop()
-        aws.reset()
+        container.reset()
         request_log.setLevel(previous_level)
 
 

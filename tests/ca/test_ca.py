@@ -19,9 +19,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from joinplane import aws, ca, clock
+from joinplane import aws, ca, clock, container
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
-from joinplane.settings import settings
 from tests.support import release_together
 from tests.support.csr import Csrs, OpensslTool, openssl
 
@@ -437,7 +436,7 @@ def test_the_pool_ca_is_created_on_first_use_and_stored_in_secrets_manager(secre
 
 def test_the_secret_prefix_comes_from_settings(secretsmanager: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CA_SECRET_PREFIX", "staging/pool-cas")
-    settings.cache_clear()
+    container.reset(keep_clients=True)
     ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
     stored = secretsmanager.get_secret_value(SecretId="staging/pool-cas/acme/gpu-east")["SecretString"]
     assert json.loads(stored)["certificatePem"] == ca_pem
@@ -457,8 +456,9 @@ def test_a_warm_container_reads_secrets_manager_once_and_a_cold_one_reuses_the_s
     issue(csrs["ed25519"].pem)
     # Then it asked Secrets Manager once, found nothing, and created the CA once
     assert calls == ["GetSecretValue", "CreateSecret"]
-    # And a cold container (empty cache) reads the stored CA instead of making another
-    ca.reset()
+    # And a cold container (empty cache) reads the stored CA instead of making another; its
+    # client is kept, so the count above still hears it
+    container.reset(keep_clients=True)
     later = issue(csrs["p256"].pem)
     assert calls == ["GetSecretValue", "CreateSecret", "GetSecretValue"]
     assert later.ca_certificates_pem == first.ca_certificates_pem
@@ -484,7 +484,7 @@ def test_a_ca_secret_whose_key_does_not_match_its_certificate_is_refused(secrets
     secretsmanager.put_secret_value(
         SecretId="joinplane/ca/acme/gpu-east", SecretString=json.dumps({**mine, "keyPem": other["keyPem"]})
     )
-    ca.reset()
+    container.reset(keep_clients=True)
     # When a cold container loads it / Then it refuses to sign with it
     with pytest.raises(Internal, match="does not match its certificate"):
         ca.pool_ca_certificate_pem(TENANT, POOL)
@@ -600,7 +600,7 @@ def test_an_unreachable_secrets_manager_is_unavailable(monkeypatch: pytest.Monke
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port}")
-    aws.reset()
+    container.reset()
     with pytest.raises(Unavailable):
         ca.pool_ca_certificate_pem(TENANT, POOL)
 

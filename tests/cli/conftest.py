@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from joinplane import clock
+from joinplane import container
 from joinplane_local.runtime import Runtime
 from tests.support.runtime import Cli, local_runtime
 
@@ -31,4 +31,4 @@ def cli(runtime: Runtime) -> Iterator[Cli]:
         PYTHONUNBUFFERED="1",
     )
     yield Cli(runtime, env)
-    clock.reset()  # a test that moved the server's clock must not move the next one's
+    container.reset(keep_clients=True)  # a test that moved the server's clock must not move the next one's

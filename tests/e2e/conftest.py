@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from joinplane import clock
+from joinplane import container
 from tests.support.runtime import Http, local_runtime
 
 
@@ -15,4 +15,5 @@ from tests.support.runtime import Http, local_runtime
 def http() -> Iterator[Http]:
     with local_runtime() as runtime:
         yield Http(runtime)
-    clock.reset()  # the tests moved the server's clock (it is this process's): later packages start at now
+    # The tests moved the server's clock (it is this process's): later packages start at now
+    container.reset(keep_clients=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from joinplane import clock
+from joinplane import container
 from tests.support.runtime import FIXTURE_TEMPLATE, Local, Tee, local_runtime
 
 
@@ -32,11 +32,11 @@ _STATE = {
 @pytest.fixture
 def fresh(local: Local) -> Iterator[Local]:
     assert local.runtime.drain(10), "the previous test left deliveries behind"
-    clock.reset()
+    container.reset(keep_clients=True)
     local.runtime.gateway.clear_authorizer_cache()
     for logical_id, names in _STATE.items():
         module = local.module(logical_id)
         for name in names:
             getattr(module, name).clear()
     yield local
-    clock.reset()
+    container.reset(keep_clients=True)

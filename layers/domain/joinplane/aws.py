@@ -30,7 +30,7 @@ def client(service: str) -> Any:
 
 
 @container.on_reset_clients
-def reset() -> None:
-    """Forget every client and the session (tests and the local runtime, when the endpoint changes)."""
+def _reset() -> None:
+    """Forget every client and the session (`container.reset()`, when the endpoint changes)."""
     client.cache_clear()
     _session.cache_clear()

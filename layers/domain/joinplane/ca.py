@@ -82,13 +82,7 @@ class _PoolCa:
 
 
 _cache: dict[tuple[str, str], _PoolCa] = {}
-
-
-@container.on_reset
-def reset() -> None:
-    """Forget every cached pool CA. `container.reset()` calls it with every other cache; tests of
-    the CA call it alone to make a cold container without dropping the AWS clients they observe."""
-    _cache.clear()
+container.on_reset(_cache.clear)
 
 
 # --- CSR ------------------------------------------------------------------------------------------

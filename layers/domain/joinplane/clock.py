@@ -31,7 +31,7 @@ def advance(seconds: float) -> float:
 
 
 @container.on_reset
-def reset() -> None:
+def _reset() -> None:
     global _offset_seconds
     _offset_seconds = 0.0
 
