@@ -172,8 +172,7 @@ def register(entry: DiscoveryEntry) -> None:
     except dynamo.TransactionCanceled as cancelled:
         taken = [
             Taken(f.subject[0], f.subject[1], (f.current or {}).get("entryId"))
-            for f in cancelled.failures
-            if f.name == "identifier"
+            for f in cancelled.failed("identifier")
         ]
         if taken:
             raise IdentifiersTaken(taken) from None

@@ -66,6 +66,10 @@ class TransactionCanceled(Exception):
     def subjects(self, name: str) -> list[Any]:
         return [f.subject for f in self.failures if f.name == name]
 
+    def failed(self, name: str) -> list[Failure]:
+        """Every failed condition named `name`, with its subject and the item as it is now."""
+        return [f for f in self.failures if f.name == name]
+
     @property
     def contended(self) -> bool:
         """Cancelled only by failed conditions or a transaction in flight: what the writer decided
