@@ -207,10 +207,6 @@ def publish_stream_batch(records: Iterable[Mapping[str, Any]], publisher: Publis
         publisher.publish(events)
         return []
     except PublishFailed as failure:
-        first = min(
-            ordered.index(
-                next(r for r in ordered if str(r.get("dynamodb", {}).get("SequenceNumber", "")) == e.sequence)
-            )
-            for e in failure.failed
-        )
-        return [str(r["dynamodb"]["SequenceNumber"]) for r in ordered[first:]]
+        sequences = [stream.sequence_of(r) for r in ordered]
+        first = min(sequences.index(e.sequence) for e in failure.failed)
+        return sequences[first:]

@@ -104,6 +104,11 @@ class Change:
     sequence: str  # the stream record's, for partial batch failures
 
 
+def sequence_of(record: Mapping[str, Any]) -> str:
+    """A stream record's sequence number, as a partial batch failure names it."""
+    return str(record.get("dynamodb", {}).get("SequenceNumber", ""))
+
+
 def change_of(record: Mapping[str, Any]) -> Change | None:
     """The change a stream record carries, if it is a write (not a deletion) of an item security
     events are made from."""
@@ -117,4 +122,4 @@ def change_of(record: Mapping[str, Any]) -> Change | None:
     if decode is None:
         return None
     old = decode(dynamo.deserialize(data["OldImage"])) if data.get("OldImage") else None
-    return Change(old, decode(new), str(data.get("SequenceNumber", "")))
+    return Change(old, decode(new), sequence_of(record))
