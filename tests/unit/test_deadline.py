@@ -117,16 +117,16 @@ def test_concurrent_invocations_each_see_their_own_deadline() -> None:
 
 def test_the_operator_envelope_answers_out_of_time_with_503_and_retry_after() -> None:
     # Given an operator route whose work needs more time than the invocation has left
-    routes = operator_api.router()
+    routes = operator_api.router("PoolsFunction")
     remaining_after: list[float] = []
 
-    @routes.post("/api/compute/test/slow")
+    @routes.operation("pools.get")
     def slow(request: HttpRequest) -> dict[str, Any]:
         deadline.check(2.0)
         return {}
 
     # When it is invoked with 500 ms left
-    result = routes.handle(http_event("/api/compute/test/slow", b"{}"), Context(500))
+    result = routes.handle(http_event("/api/compute/pools/get", b"{}"), Context(500))
     remaining_after.append(deadline.remaining())
     # Then the answer is the operator envelope's UNAVAILABLE, 503, with a retry hint
     assert result["statusCode"] == 503
@@ -139,12 +139,14 @@ def test_the_operator_envelope_answers_out_of_time_with_503_and_retry_after() ->
 
 
 def test_a_plain_unavailable_carries_no_retry_after() -> None:
-    routes = operator_api.router()
+    # Given an operator route whose store is down (not out of time)
+    routes = operator_api.router("PoolsFunction")
 
-    @routes.post("/api/compute/test/down")
+    @routes.operation("pools.get")
     def down(request: HttpRequest) -> dict[str, Any]:
         raise Unavailable("the store is unavailable, retry later")
 
-    result = routes.handle(http_event("/api/compute/test/down", b"{}"), Context(10_000))
+    # When it is invoked with time to spare; Then 503 without a retry hint
+    result = routes.handle(http_event("/api/compute/pools/get", b"{}"), Context(10_000))
     assert result["statusCode"] == 503
     assert "retry-after" not in result["headers"]
