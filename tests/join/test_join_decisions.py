@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from joinplane import errors, join_decide
-from joinplane import proof as proof_module
 from joinplane.attestors import DEFER, DENY, Vote
 from joinplane.dal.machines import Identity, Machine
 from joinplane.dal.pools import Pool
@@ -417,7 +416,7 @@ ROWS = [
     Row(
         "dry run, re-join without a proof: deny",
         dry(UNPROVEN, the_machine=machine()),
-        Verdict("deny", proof_module.REQUIRED),
+        Verdict("deny", join_decide.PROOF_REQUIRED),
     ),
     Row(
         "dry run, revoked machine: deny",
@@ -447,7 +446,7 @@ ROWS = [
     Row(
         "dry run, approved request without a proof: deny",
         dry(UNPROVEN, pending_record(), the_request=request("approved")),
-        Verdict("deny", proof_module.REQUIRED),
+        Verdict("deny", join_decide.PROOF_REQUIRED),
     ),
     Row(
         "dry run, rejected request: deny",

@@ -288,7 +288,7 @@ def _known(attempt: Attempt, record: Identity) -> Response:
             if accept_proof:
                 assert attempt.proof_ms is not None
                 if not joins_db.accept_proof(attempt.tenant, attempt.identity, attempt.proof_ms):
-                    raise Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
+                    raise Unauthenticated(join_decide.PROOF_REPLAYED, reason=errors.PROOF_REPLAYED)
             return _deferred(pending)
     raise AssertionError(f"undecided: {decided}")
 
@@ -469,7 +469,7 @@ def renew(body: bytes, proof_header: str = "") -> Response:
     csr = ca.parse_csr(csr_pem)
     parsed = proof.parse(proof_header)
     if parsed is None:
-        raise Unauthenticated(proof.REQUIRED, reason=errors.PROOF_REQUIRED)
+        raise Unauthenticated(join_decide.PROOF_REQUIRED, reason=errors.PROOF_REQUIRED)
     proof_ms = proof.verify(
         parsed,
         purpose="renew",

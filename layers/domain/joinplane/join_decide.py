@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from joinplane import attestors, errors, proof
+from joinplane import attestors, errors
 from joinplane.attestors import Vote
 from joinplane.dal.machines import Identity, Machine
 from joinplane.dal.pools import Pool
@@ -36,6 +36,13 @@ FINGERPRINT_PREFIX = "fp-"
 REVOKED = "this machine has been revoked"
 RETIRED = "this key was replaced when the machine renewed with a new key"
 CONCURRENT = "a concurrent join for this machine won; retry"
+# The proof of possession's refusals (joinplane.proof verifies; whether one is needed, and whether
+# it is newer than the identity's mark, is decided here).
+PROOF_REQUIRED = (
+    "this key has joined before: credentials for it are handed out again only with a fresh proof of "
+    "possession of the key (a Joinplane-Proof header; see docs/join.md)"
+)
+PROOF_REPLAYED = "this Joinplane-Proof is not newer than one already accepted for this key; sign a new one"
 
 
 # --- facts -------------------------------------------------------------------------------------
@@ -172,7 +179,7 @@ def proof_required(presented: Presented) -> Refuse | None:
     """Credentials for an identity that already exists need fresh possession of its key. A
     fingerprint identity has no key to prove with: `attestation.identity: key` refuses those."""
     if presented.proof_ms is None and not presented.fingerprint_only:
-        return Refuse(Unauthenticated(proof.REQUIRED, reason=errors.PROOF_REQUIRED))
+        return Refuse(Unauthenticated(PROOF_REQUIRED, reason=errors.PROOF_REQUIRED))
     return None
 
 
@@ -258,7 +265,7 @@ def identity_moved(presented: Presented, version_read: int, current: Identity | 
         and presented.proof_ms is not None
         and current.holds_proof_at_or_after(presented.proof_ms)
     ):
-        return Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
+        return Unauthenticated(PROOF_REPLAYED, reason=errors.PROOF_REPLAYED)
     return Aborted(CONCURRENT)
 
 
@@ -303,7 +310,7 @@ def renewal_identity_lost(machine: Machine, current: Identity | None) -> Joinpla
     """The current key's record refused the renewal: still this machine's (the proof is a replay),
     or no longer (the machine was revoked or its token replaced)."""
     if current is not None and current.machine_id == machine.machine_id:
-        return Unauthenticated(proof.REPLAYED, reason=errors.PROOF_REPLAYED)
+        return Unauthenticated(PROOF_REPLAYED, reason=errors.PROOF_REPLAYED)
     return renewal_machine_lost()
 
 

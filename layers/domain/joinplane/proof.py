@@ -59,13 +59,8 @@ WINDOW_MS = 300_000
 FUTURE_SKEW_MS = 60_000
 MAX_HEADER_CHARS = 4096
 
-REQUIRED = (
-    "this key has joined before: credentials for it are handed out again only with a fresh proof of "
-    "possession of the key (a Joinplane-Proof header; see docs/join.md)"
-)
 STALE = "the Joinplane-Proof is too old or from the future (check the machine's clock)"
 BAD = "the Joinplane-Proof signature does not verify for this request and key"
-REPLAYED = "this Joinplane-Proof is not newer than one already accepted for this key; sign a new one"
 ROTATION = "a renewal that changes the key needs csrsig=, the new key's signature over the same proof"
 
 _B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
