@@ -105,10 +105,9 @@ def test_the_data_access_layer_knows_nothing_above_it(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in OURS if not n.startswith("dal.")))
 def test_only_the_data_access_layer_calls_dynamodb(name: str) -> None:
-    # Domain code may use one thing of dal.dynamo: the deadline-aware retry loop `attempts`.
+    # Not even the retry loop: that is `deadline.attempts`, in the foundation.
     for imported in imports_of(MODULES[name]):
-        if imported.module == "dal.dynamo":
-            assert set(imported.names) <= {"attempts"}, f"{name} imports {imported.names} from dal.dynamo"
+        assert imported.module != "dal.dynamo", f"{name} imports {imported.names} from dal.dynamo"
     source = MODULES[name].read_text()
     for layout in ('"pk"', '"sk"', '"gsi1pk"', "TENANT#", "JOINID#", "MACHINE#", "JOINTOKEN#"):
         assert layout not in source, f"{name} knows the table's layout ({layout}); that is the dal's"

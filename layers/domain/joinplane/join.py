@@ -42,11 +42,11 @@ from joinplane.dal import joins as joins_db
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.dynamo import attempts
 from joinplane.dal.machines import Claim, Identity, Machine
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
-from joinplane.errors import Unauthenticated, Unavailable
+from joinplane.deadline import attempts
+from joinplane.errors import Aborted, Unauthenticated, Unavailable
 from joinplane.join_decide import (
     REFUSED,
     Admit,
@@ -206,7 +206,7 @@ def _fresh(attempt: Attempt) -> Response | Identity:
     pool = _pool(attempt.tenant, token.pool_id) if token.pool_id else None
     facts = join_facts.attestor_facts(attempt, token.site_id)
     held: tuple[Claim, ...] = ()
-    for _ in attempts(3, exhausted="the pool or the hardware ids changed while joining; retry"):
+    for _ in attempts(3, exhausted=Aborted("the pool or the hardware ids changed while joining; retry")):
         votes = join_facts.votes(attempt, replace(facts, held_by_others=join_facts.held_by_others(held)))
         decided = join_decide.fresh(votes)
         if isinstance(decided, Refuse):
@@ -300,7 +300,7 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
     machine_id = ids.new_id(machines.ID_PREFIX)
     secret = machines.mint_token(machine_id)
     claims = join_facts.hardware_claims(attempt.request)
-    for _ in attempts(3, exhausted="the pool changed while joining; retry"):
+    for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         # From the pool as read on this attempt: a pool changed since the cache was filled fails the
         # pool check and is read again, so no machine leaves with the old pool's settings.
         cert = issue_certificate(attempt.csr, pool, machine_id)
@@ -344,7 +344,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
     # The hardware ids a machine holds follow what it reports now: new ones are claimed, ones it no
     # longer reports are released (so a clone of its new serial is noticed, its old one freed).
     claims = join_facts.hardware_claims(attempt.request)
-    for _ in attempts(3, exhausted="the pool changed while joining; retry"):
+    for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         cert = issue_certificate(attempt.csr, pool, machine.machine_id)
         image, baseline = _worker_image(pool, machine.worker_image_baseline, attempt.request.workerImage)
         renewed = replace(
@@ -480,7 +480,7 @@ def renew(body: bytes, proof_header: str = "") -> Response:
     ).timestamp_ms
     rotating = csr.public_key_sha256 != machine.identity
     pool = _pool(machine.tenant_id, machine.pool_id)
-    for _ in attempts(3, exhausted="the pool changed while renewing; retry"):
+    for _ in attempts(3, exhausted=Aborted("the pool changed while renewing; retry")):
         # The certificate's lifetime comes from the pool: the pool as read, or read again.
         cert = issue_certificate(csr, pool, machine.machine_id)
         now = clock.rfc3339(clock.now())

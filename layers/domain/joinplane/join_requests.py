@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, errors, ids, pools
+from joinplane import clock, deadline, errors, ids, pools
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
-from joinplane.errors import InvalidState, NotFound
+from joinplane.errors import Aborted, InvalidState, NotFound
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
 
@@ -153,39 +153,44 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
 def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinRequest:
     """pending or approved-but-unused → rejected. Already rejected: unchanged. The machine's later
     retry with that CSR is refused (7)."""
-    pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
-    found = _visible(pool, request.requestId)
-    state = state_now(found)
-    if state == "rejected":
-        return view(found)
-    if state not in ("pending", "approved"):
-        raise InvalidState(
-            f"join request is {state}; it can no longer be rejected", reason=errors.JOIN_REQUEST_NOT_PENDING
-        )
-    now = clock.epoch()
-    try:
-        # Conditioned on the owner as read (see requests_db.reject): a pool claiming the request
-        # meanwhile makes this write fail rather than land in the wrong listing.
-        written = requests_db.reject(
-            found,
-            decided_at=clock.rfc3339(now),
-            decided_by=principal.key_id,
-            reason=request.reason,
-            now_epoch=int(now),
-        )
-    except requests_db.RequestLost as lost:
-        current = lost.current
-        if current is not None and current.pool_id not in (None, pool.pool_id):
-            raise NotFound("join request not found") from None  # claimed by another pool meanwhile
-        if current is not None and current.state == "rejected":
-            return view(current)
-        if current is not None and current.pool_id != found.pool_id:
-            return reject(principal, request)  # this pool claimed it meanwhile: decide again
-        state = state_now(current) if current else "expired"
-        raise InvalidState(
-            f"join request is {state}; it can no longer be rejected", reason=errors.JOIN_REQUEST_NOT_PENDING
-        ) from None
-    return view(written)
+    changing = Aborted("the join request kept changing while being rejected; retry")
+    for _ in deadline.attempts(3, exhausted=changing):
+        pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
+        found = _visible(pool, request.requestId)
+        state = state_now(found)
+        if state == "rejected":
+            return view(found)
+        if state not in ("pending", "approved"):
+            raise InvalidState(
+                f"join request is {state}; it can no longer be rejected",
+                reason=errors.JOIN_REQUEST_NOT_PENDING,
+            )
+        now = clock.epoch()
+        try:
+            # Conditioned on the owner as read (see requests_db.reject): a pool claiming the request
+            # meanwhile makes this write fail rather than land in the wrong listing.
+            written = requests_db.reject(
+                found,
+                decided_at=clock.rfc3339(now),
+                decided_by=principal.key_id,
+                reason=request.reason,
+                now_epoch=int(now),
+            )
+        except requests_db.RequestLost as lost:
+            current = lost.current
+            if current is not None and current.pool_id not in (None, pool.pool_id):
+                raise NotFound("join request not found") from None  # claimed by another pool meanwhile
+            if current is not None and current.state == "rejected":
+                return view(current)
+            if current is not None and current.pool_id != found.pool_id:
+                continue  # this pool claimed it meanwhile: decide again
+            state = state_now(current) if current else "expired"
+            raise InvalidState(
+                f"join request is {state}; it can no longer be rejected",
+                reason=errors.JOIN_REQUEST_NOT_PENDING,
+            ) from None
+        return view(written)
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 class ListJoinRequests(BaseModel):

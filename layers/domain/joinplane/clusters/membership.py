@@ -48,6 +48,7 @@ BUCKETS = clusters_db.bucket_of(inventory.GUEST_ID_MAX) + 1
 # the time left stops it.
 MAX_ATTEMPTS = 12
 _MIN_BACKOFF = 0.005
+_MAX_BACKOFF = 2.0  # seconds: `deadline.backoff`'s default cap, what these loops always paused at most
 ROTATED_KEY_TTL = 35 * 86_400
 
 
@@ -198,16 +199,13 @@ def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[ClusterNode], dict[int
     commits in between would show its claims without its node (a retry of that very join would then
     look like a conflict with itself). Every commit inserts a node item, so members read the same
     before and after the guest items means nothing committed in between."""
-    for attempt in range(MAX_ATTEMPTS):
-        if attempt:
-            deadline.sleep(deadline.backoff(attempt, _MIN_BACKOFF))
-        else:
-            deadline.check()
+    busy = Unavailable("the cluster changed during every read of this join; retry")
+    for _ in deadline.attempts(MAX_ATTEMPTS, exhausted=busy, backoff=(_MIN_BACKOFF, _MAX_BACKOFF)):
         nodes = clusters_db.nodes(tenant_id, pool_id)
         buckets = clusters_db.buckets(tenant_id, pool_id, range(BUCKETS))
         if [n.node_id for n in clusters_db.nodes(tenant_id, pool_id)] == [n.node_id for n in nodes]:
             return nodes, buckets
-    raise Unavailable("the cluster changed during every read of this join; retry")
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 def _member(nodes: list[ClusterNode], node_id: str, address: str) -> ClusterNode | None:
@@ -307,11 +305,8 @@ class ListClusterGuests(pools.PoolRef):
 def rotate_key(principal: Principal, request: RotateClusterKey) -> views.ClusterKeyRotated:
     """Issue a new key and retire the one the pool named, in one transaction (see
     `clusters_db.rotate_key`); a concurrent rotation or archive makes this one look again."""
-    for attempt in range(3):
-        if attempt:
-            deadline.sleep(deadline.backoff(attempt, 0.02))
-        else:
-            deadline.check()
+    busy = Unavailable("the pool's cluster key kept changing; retry")
+    for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, _MAX_BACKOFF)):
         pool = pools.load(principal, request.tenantId, request.poolId, WRITE)
         if not pool.active:
             raise InvalidState(
@@ -340,7 +335,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             "clusterKey": secret,
             "rotatedAt": now,
         }
-    raise Unavailable("the pool's cluster key kept changing; retry")
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 def node_view(node: ClusterNode) -> views.ClusterNode:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from joinplane import deadline
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 from joinplane.errors import Unavailable
@@ -143,14 +144,17 @@ class EntryGone(Exception):
 
 
 def _transact(writes: list[dynamo.Write]) -> None:
-    for _ in range(_CONFLICT_ATTEMPTS):
+    """`dynamo.transact`, once more per round its own conflict retries did not settle, each round
+    only with time left for it."""
+    busy = Unavailable("the site's inventory is busy, retry")
+    for _ in deadline.attempts(_CONFLICT_ATTEMPTS, exhausted=busy):
         try:
             dynamo.transact(writes)
             return
         except dynamo.TransactionCanceled as cancelled:
             if cancelled.failures or not cancelled.contended:
                 raise
-    raise Unavailable("the site's inventory is busy, retry")
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 def register(entry: DiscoveryEntry) -> None:

@@ -16,13 +16,13 @@ Every state transition in Joinplane is a single conditional write or a single tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from joinplane import aws, deadline
-from joinplane.errors import Aborted, Unavailable
+from joinplane.errors import Unavailable
 from joinplane.settings import settings
 
 Item = dict[str, Any]
@@ -309,18 +309,17 @@ def batch_get(keys: Iterable[tuple[str, str]], *, consistent: bool = True) -> di
     request: dict[str, Any] = {
         _table(): {"Keys": [serialize(key(pk, sk)) for pk, sk in wanted], "ConsistentRead": consistent}
     }
-    for attempt in range(5):
-        if attempt:
-            # Unprocessed keys mean throttling: back off (DynamoDB's advice), within the deadline.
-            deadline.sleep(deadline.backoff(attempt, 0.05, cap=0.5))
+    # Unprocessed keys mean throttling: back off (DynamoDB's advice), within the deadline.
+    busy = Unavailable("the store is busy, retry later")
+    for _ in deadline.attempts(5, exhausted=busy, backoff=(0.05, 0.5)):
         response = _call("batch_get_item", RequestItems=request)
         for raw in response.get("Responses", {}).get(_table(), []):
             item = deserialize(raw)
             found[(item["pk"], item["sk"])] = item
         request = response.get("UnprocessedKeys") or {}
         if not request:
-            return found
-    raise Unavailable("the store is busy, retry later")
+            break
+    return found
 
 
 @dataclass(frozen=True)
@@ -382,13 +381,3 @@ def transact(writes: Iterable[Write], *, conflict_retries: int = 3) -> None:
                 )
                 raise TransactionCanceled(cancelled.reasons, failures) from None
             deadline.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-
-
-def attempts(tries: int, *, exhausted: str) -> Iterator[int]:
-    """The one retry loop for optimistic writes: `for _ in attempts(3, exhausted=...)`. Each attempt
-    first checks the invocation has time left (an attempt that cannot finish answers 503 with
-    Retry-After, not a gateway timeout); running out of attempts is ABORTED (safe to retry)."""
-    for attempt in range(tries):
-        deadline.check()
-        yield attempt
-    raise Aborted(exhausted)
