@@ -1,10 +1,15 @@
 """POST /machines/join and POST /machines/renew: seed 002's dialect (grpc-gateway JSON, rpcStatus)."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from joinplane import join, join_wire, proof
 from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 routes = Router("MachineJoinFunction", join_wire.render_error)
 
@@ -16,14 +21,14 @@ def _body(request: HttpRequest) -> bytes:
 
 
 @routes.operation("ControlPlaneService_JoinMachine")
-def join_machine(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+def join_machine(request: HttpRequest) -> tuple[int, views.JoinMachineResponse]:
     return join.join_machine(
         _body(request), request.headers.get("authorization", ""), request.headers.get(proof.HEADER, "")
     )
 
 
 @routes.operation("Joinplane_RenewMachine")
-def renew(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+def renew(request: HttpRequest) -> tuple[int, views.RenewMachineResponse]:
     return join.renew(_body(request), request.headers.get(proof.HEADER, ""))
 
 

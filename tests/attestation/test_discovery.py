@@ -328,8 +328,8 @@ def test_lookup_matches_by_each_identifier_in_one_call(site_a: str, reported: di
         found = discovery.lookup("acme", "site-a", **reported)
     assert calls == ["BatchGetItem"]
     assert found is not None
-    assert found["entryId"] == entry["entryId"] and found["hostname"] == "gpu-07.rack-3"
-    assert len(found["matchedBy"]) == 1 and found["otherEntryIds"] == []
+    assert found.entry_id == entry["entryId"] and found.hostname == "gpu-07.rack-3"
+    assert len(found.matched_by) == 1 and found.other_entry_ids == ()
 
 
 def test_lookup_reports_every_identifier_that_matched(site_a: str) -> None:
@@ -344,12 +344,12 @@ def test_lookup_reports_every_identifier_that_matched(site_a: str) -> None:
             fingerprint="fp:sha256:Zm9vYmFy",
         )
     assert calls == ["BatchGetItem"]
-    assert found == {
-        "entryId": entry["entryId"],
-        "hostname": "gpu-07.rack-3",
-        "matchedBy": ["serialNumber", "systemUuid", "macAddresses", "machineFingerprint"],
-        "otherEntryIds": [],
-    }
+    assert found == discovery.DiscoveryMatch(
+        entry_id=entry["entryId"],
+        hostname="gpu-07.rack-3",
+        matched_by=("serialNumber", "systemUuid", "macAddresses", "machineFingerprint"),
+        other_entry_ids=(),
+    )
 
 
 def test_lookup_of_an_unknown_machine_is_none_in_one_call(site_a: str) -> None:
@@ -393,13 +393,13 @@ def test_lookup_prefers_the_entry_most_identifiers_name_and_lists_the_others(sit
     )
     # Then the entry two identifiers name wins, and the other is shown
     assert found is not None
-    assert found["entryId"] == first["entryId"] and found["otherEntryIds"] == [second["entryId"]]
-    assert found["matchedBy"] == ["serialNumber", "macAddresses"]
+    assert found.entry_id == first["entryId"] and found.other_entry_ids == (second["entryId"],)
+    assert found.matched_by == ("serialNumber", "macAddresses")
     # With one identifier each, the stronger one (UUID over MAC) wins
     tie = discovery.lookup(
         "acme", "site-a", system_uuid="226e380e-67d1-4214-9868-5383a79af0b8", macs=["aa:bb:cc:dd:ee:01"]
     )
-    assert tie is not None and tie["entryId"] == second["entryId"] and tie["hostname"] is None
+    assert tie is not None and tie.entry_id == second["entryId"] and tie.hostname is None
 
 
 # --- the race -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from joinplane.clusters.inventory import InventoryEntry
 from joinplane.dal import clusters as clusters_db
 from joinplane.dal import dynamo
 from joinplane.dal.clusters import GuestBucket
-from joinplane.dal.pools import Pool
+from joinplane.dal.pools import Bootstrap, Pool
 from tests.support import call
 from tests.support.clusters import entries, join_body, make_cluster, post, registry
 
@@ -144,7 +144,7 @@ def test_the_worst_case_transaction_is_proven_to_fit() -> None:
         name="",
         workspace_id="",
         state="active",
-        bootstrap={},
+        bootstrap=Bootstrap(),
         join_request_ttl_seconds=3600,
         certificate_ttl_seconds=3600,
         cluster=None,

@@ -11,8 +11,8 @@ import pytest
 
 from joinplane import errors, join_decide
 from joinplane.attestors import DEFER, DENY, Vote
-from joinplane.dal.machines import Identity, Machine
-from joinplane.dal.pools import Pool
+from joinplane.dal.machines import Identity, Machine, MachineFacts
+from joinplane.dal.pools import Bootstrap, Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import AttestationPolicy, JoinToken
 from joinplane.errors import Aborted, FailedPrecondition, Internal, PermissionDenied, Unauthenticated
@@ -65,7 +65,7 @@ def pool(**changes: Any) -> Pool:
         name="GPU",
         workspace_id="ws",
         state="active",
-        bootstrap={},
+        bootstrap=Bootstrap(),
         join_request_ttl_seconds=86_400,
         certificate_ttl_seconds=86_400,
         cluster=None,
@@ -104,7 +104,7 @@ def machine(**changes: Any) -> Machine:
         machine_token_sha256="",
         token_generation=1,
         schedulable=True,
-        facts={},
+        facts=MachineFacts(),
         joined_at="",
     )
     return replace(base, **changes)
@@ -119,8 +119,8 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequest:
         token_id="jtok_1",
         identity=KEY,
         state=state,
-        reasons=[],
-        machine={},
+        reasons=(),
+        machine=MachineFacts(),
         csr_public_key_sha256=KEY,
         created_at="",
         expires_at="",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from joinplane import views
     from joinplane.dal.tokens import JoinToken
 
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
@@ -24,7 +25,7 @@ class Vote:
     code: str
     message: str
 
-    def reason(self) -> dict[str, str]:
+    def reason(self) -> views.AttestorReason:
         return {"attestor": self.attestor, "code": self.code, "message": self.message}
 
 

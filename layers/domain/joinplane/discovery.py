@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -210,6 +211,18 @@ def remove(principal: Principal, request: RemoveEntry) -> views.DiscoveryEntry:
     return view(entry)
 
 
+@dataclass(frozen=True)
+class DiscoveryMatch:
+    """The inventory's answer for a joining machine: the entry it is, by which of its reported
+    identifiers (`serialNumber`, `systemUuid`, `macAddresses`, `machineFingerprint`), and any other
+    entries some of its identifiers name."""
+
+    entry_id: str
+    hostname: str | None
+    matched_by: tuple[str, ...]
+    other_entry_ids: tuple[str, ...]
+
+
 def lookup(
     tenant_id: str,
     site_id: str,
@@ -218,14 +231,13 @@ def lookup(
     system_uuid: str | None = None,
     macs: Iterable[str] = (),
     fingerprint: str | None = None,
-) -> dict[str, Any] | None:
+) -> DiscoveryMatch | None:
     """The site's entry for a machine reporting these identifiers, or None. One BatchGetItem over
     the candidates' index keys (no call at all when no identifier is usable). Values are
     canonicalised as at registration; malformed values and placeholders are skipped: they match
     nothing, because they could not have been registered.
 
-    Returns `{"entryId", "hostname", "matchedBy": [field, ...], "otherEntryIds": [...]}`. When the
-    identifiers point at different entries, the entry matched by the most identifiers wins (then the
+    When the identifiers point at different entries, the entry matched by the most identifiers wins (then the
     strongest: UUID, serial, fingerprint, MAC) and the others are listed for the attestor to weigh.
     """
     reported: list[tuple[str, str | None]] = [
@@ -255,12 +267,12 @@ def lookup(
         matches, key=lambda entry: (-len(matches[entry]), min(_STRENGTH[k] for k in matches[entry]), entry)
     )
     best = ranked[0]
-    return {
-        "entryId": best,
-        "hostname": hostnames[best],
-        "matchedBy": [field for kind, field in FIELD_OF.items() if kind in matches[best]],
-        "otherEntryIds": ranked[1:],
-    }
+    return DiscoveryMatch(
+        entry_id=best,
+        hostname=hostnames[best],
+        matched_by=tuple(field for kind, field in FIELD_OF.items() if kind in matches[best]),
+        other_entry_ids=tuple(ranked[1:]),
+    )
 
 
 def _canonical(

@@ -22,7 +22,7 @@ GetItem for the pool and one Secrets Manager read for the pool's CA):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joinplane import (
     clock,
@@ -44,7 +44,7 @@ from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal.machines import Claim, Identity, Machine
 from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
+from joinplane.dal.requests import JoinRequest, VoteReason
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, Unauthenticated, Unavailable
 from joinplane.join_decide import (
@@ -59,7 +59,10 @@ from joinplane.join_decide import (
 )
 from joinplane.join_facts import Attempt
 
-Response = tuple[int, dict[str, Any]]
+if TYPE_CHECKING:
+    from joinplane import views
+
+Response = tuple[int, "views.JoinMachineResponse"]
 
 RETRY_AFTER_SECONDS = 30
 NOT_RECORDED = "the join could not be recorded, retry"
@@ -128,7 +131,7 @@ def _admitted(
         ok=True,
         machineId=machine_id,
         machineToken=token,
-        bootstrap=join_wire.bootstrap(pool, image),
+        bootstrap=pools.bootstrap_config(pool, image),
         certificate=cert.certificate,
         caCertificates=cert.ca_certificates,
         certificateExpiresAt=cert.expires_at,
@@ -137,7 +140,7 @@ def _admitted(
 
 
 def _deferred(request: JoinRequest) -> Response:
-    reasons = "; ".join(r["message"] for r in request.reasons) or "an operator must decide"
+    reasons = "; ".join(r.message for r in request.reasons) or "an operator must decide"
     return 202, join_wire.join_response(
         ok=False,
         errMsg=f"join deferred: {reasons}. An operator must approve {request.request_id}.",
@@ -168,7 +171,7 @@ def _new_machine(
         machine_token_sha256=credentials.digest(secret),
         token_generation=1,
         schedulable=join_facts.schedulable(attempt.request),
-        facts=attempt.request.facts(),
+        facts=machines.facts_of(attempt.request),
         worker_image_baseline=baseline,
         claims=tuple(claims),
         certificate_serial=cert.serial or None,
@@ -188,8 +191,8 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> Join
         token_id=token.token_id,
         identity=attempt.identity,
         state="pending",
-        reasons=[v.reason() for v in votes],
-        machine=attempt.request.facts(),
+        reasons=tuple(VoteReason(v.attestor, v.code, v.message) for v in votes),
+        machine=machines.facts_of(attempt.request),
         csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
         created_at=clock.rfc3339(now),
         expires_at=clock.rfc3339(expires),
@@ -352,7 +355,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             machine_token_sha256=credentials.digest(secret),
             certificate_serial=cert.serial or None,
             certificate_expires_at=cert.expires_at or None,
-            facts=attempt.request.facts(),
+            facts=machines.facts_of(attempt.request),
             schedulable=join_facts.schedulable(attempt.request),
             worker_image_baseline=baseline,
             claims=tuple(claims),
@@ -415,9 +418,12 @@ def _dry_run(attempt: Attempt) -> Response:
     if isinstance(decided, Refuse):
         raise decided.error
     admitted = decided.verdict == "admit"
-    body = join_wire.join_response(ok=admitted, errMsg="" if admitted else decided.message)
-    body.update(dryRun=True, verdict=decided.verdict, reasons=[v.reason() for v in votes])
-    return 200, body
+    return 200, join_wire.dry_run_response(
+        ok=admitted,
+        errMsg="" if admitted else decided.message,
+        verdict=decided.verdict,
+        reasons=[v.reason() for v in votes],
+    )
 
 
 def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Response:
@@ -452,7 +458,7 @@ def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Res
     return _known(attempt, record)
 
 
-def renew(body: bytes, proof_header: str = "") -> Response:
+def renew(body: bytes, proof_header: str = "") -> tuple[int, views.RenewMachineResponse]:
     """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
     join identity moves with it, in the same transaction).
 
@@ -515,12 +521,9 @@ def renew(body: bytes, proof_header: str = "") -> Response:
             raise Unavailable("the renewal could not be recorded, retry") from None
         match outcome:
             case joins_db.Committed():
-                return 200, {
-                    "machineId": machine.machine_id,
-                    "certificate": cert.certificate,
-                    "caCertificates": cert.ca_certificates,
-                    "certificateExpiresAt": cert.expires_at,
-                }
+                return 200, join_wire.renew_response(
+                    machine.machine_id, cert.certificate, cert.ca_certificates, cert.expires_at
+                )
             case joins_db.MachineChanged():
                 raise join_decide.renewal_machine_lost()
             case joins_db.IdentityMoved(current_record):

@@ -11,11 +11,11 @@ costs the same however many requests of other states or pools exist.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, deadline, errors, ids, pools
+from joinplane import clock, deadline, errors, ids, machines, pools
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
@@ -35,25 +35,17 @@ def state_now(request: JoinRequest) -> views.JoinRequestState:
 
 def view(request: JoinRequest) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
-    machine = request.machine
     return {
         "requestId": request.request_id,
         "tenantId": request.tenant_id,
         "siteId": request.site_id,
         "poolId": request.pool_id,
         "state": state_now(request),
-        "reasons": cast("list[views.AttestorReason]", request.reasons),
-        "machine": {
-            "fingerprint": machine.get("fingerprint", ""),
-            "hostname": machine.get("hostname", ""),
-            "os": machine.get("os", ""),
-            "arch": machine.get("arch", ""),
-            "cpuCount": machine.get("cpuCount", 0),
-            "memoryMb": machine.get("memoryMb", 0),
-            "gpuCount": machine.get("gpuCount", 0),
-            "hardware": machine.get("hardware", {}),
-            "tpm": machine.get("tpm", {}),
-        },
+        "reasons": [
+            {"attestor": reason.attestor, "code": reason.code, "message": reason.message}
+            for reason in request.reasons
+        ],
+        "machine": {"fingerprint": request.machine.fingerprint, **machines.facts_view(request.machine)},
         "csrPublicKeySha256": request.csr_public_key_sha256,
         "createdAt": request.created_at,
         "expiresAt": request.expires_at,

@@ -19,7 +19,7 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,9 @@ from pydantic_core import PydanticCustomError
 
 from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, OutOfTime
 from joinplane.http import json_response
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_STRING = 256
@@ -265,34 +268,6 @@ class JoinMachineRequest(_Message):
     tpm: Tpm = Field(default_factory=Tpm)
     dryRun: Flag = False
 
-    def facts(self) -> dict[str, Any]:
-        """What the machine said about itself, as stored on its request and machine records."""
-        return {
-            "fingerprint": self.machineFingerprint,
-            "hostname": self.hostname,
-            "os": self.os,
-            "arch": self.arch,
-            "cpuCount": self.cpuCount,
-            "memoryMb": self.memoryMb,
-            "gpu": list(self.gpu),
-            "gpuCount": self.gpuCount,
-            "gpuIds": list(self.gpuIds),
-            "executor": self.executor,
-            "cpuMillicores": self.cpuMillicores,
-            "networkSlotPoolSize": self.networkSlotPoolSize,
-            "containerStartConcurrency": self.containerStartConcurrency,
-            "capabilities": list(self.capabilities),
-            "schedulable": self.schedulable,
-            "workerImage": self.workerImage,
-            "hardware": {
-                "serialNumber": self.hardware.serialNumber,
-                "systemUuid": self.hardware.systemUuid,
-                "macAddresses": list(self.hardware.macAddresses),
-            },
-            "tpm": {"ekPublicKeySha256": self.tpm.ekPublicKeySha256} if self.tpm.ekPublicKeySha256 else {},
-            "preflight": [check.model_dump() for check in self.preflight],
-        }
-
 
 class RenewMachineRequest(_Message):
     machineToken: Text = ""
@@ -322,12 +297,6 @@ def decode_renew(body: bytes) -> tuple[str, str]:
 # --- writing grpc-gateway JSON -------------------------------------------------------------------
 
 
-def _sink(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    return {k: value.get(k, "") for k in ("destination", "credential", "streamPrefix")}
-
-
 class JoinedPool(Protocol):
     """What the join's answer reads of a pool: a `joinplane.dal.pools.Pool`, named by shape because
     a dialect does not import the table's records."""
@@ -338,69 +307,58 @@ class JoinedPool(Protocol):
     @property
     def name(self) -> str: ...
 
-    @property
-    def bootstrap(self) -> dict[str, Any]: ...
 
-
-def bootstrap(pool: JoinedPool, worker_image: str) -> dict[str, Any]:
-    """`controlplaneMachineBootstrapConfig` from the pool's defaults, every field present."""
-    d = pool.bootstrap
-    telemetry = d.get("telemetry")
-    billing = d.get("billing")
-    return {
-        "controlplaneHttpUrl": d.get("controlplaneHttpUrl", ""),
-        "controlplaneGrpcHost": d.get("controlplaneGrpcHost", ""),
-        "controlplaneGrpcPort": d.get("controlplaneGrpcPort", 0),
-        "controlplaneGrpcTls": d.get("controlplaneGrpcTls", False),
-        "workspaceId": pool.workspace_id,
-        "poolName": pool.name,
-        "transport": d.get("transport", ""),
-        "executor": d.get("executor", ""),
-        "fallback": d.get("fallback", ""),
-        "disabledServices": d.get("disabledServices", []),
-        "imageRegistryStore": d.get("imageRegistryStore", ""),
-        "imageClipVersion": str(d.get("imageClipVersion", 0)),  # int64: a string in proto3 JSON
-        "imageLocalCacheEnabled": d.get("imageLocalCacheEnabled", False),
-        "telemetry": None
-        if telemetry is None
-        else {
-            "enabled": telemetry.get("enabled", False),
-            "streamPrefix": telemetry.get("streamPrefix", ""),
-            "logs": _sink(telemetry.get("logs")),
-            "events": _sink(telemetry.get("events")),
-        },
-        "billing": None
-        if billing is None
-        else {
-            "usageEndpoint": billing.get("usageEndpoint", ""),
-            "usageToken": billing.get("usageToken", ""),
-            "costHookEndpoint": billing.get("costHookEndpoint", ""),
-            "costHookToken": billing.get("costHookToken", ""),
-            "billableMarginPct": billing.get("billableMarginPct", 0),
-        },
-        "workerImage": worker_image,
-    }
-
-
-def join_response(pool: JoinedPool | None = None, **fields: Any) -> dict[str, Any]:
+def join_response(
+    pool: JoinedPool | None = None,
+    *,
+    ok: bool = False,
+    errMsg: str = "",
+    machineId: str = "",
+    machineToken: str = "",
+    bootstrap: views.MachineBootstrapConfig | None = None,
+    certificate: str = "",
+    caCertificates: str = "",
+    certificateExpiresAt: str = "",
+    schedulable: bool = False,
+    joinRequest: views.JoinRequestRef | None = None,
+    retryAfterSeconds: int = 0,
+) -> views.JoinMachineResponse:
     """`controlplaneJoinMachineResponse` with every field present, plus our additive fields; the
-    pool joined (if any) names its workspace and itself."""
-    body: dict[str, Any] = {
-        "ok": False,
-        "errMsg": "",
-        "workspaceId": "",
-        "poolName": "",
-        "machineId": "",
-        "machineToken": "",
-        "bootstrap": None,
-        "certificate": "",
-        "caCertificates": "",
-        "certificateExpiresAt": "",
-        "schedulable": False,
-        "joinRequest": None,
-        "retryAfterSeconds": 0,
+    pool joined (if any) names its workspace and itself. Arguments carry the wire's names."""
+    return {
+        "ok": ok,
+        "errMsg": errMsg,
+        "workspaceId": pool.workspace_id if pool else "",
+        "poolName": pool.name if pool else "",
+        "machineId": machineId,
+        "machineToken": machineToken,
+        "bootstrap": bootstrap,
+        "certificate": certificate,
+        "caCertificates": caCertificates,
+        "certificateExpiresAt": certificateExpiresAt,
+        "schedulable": schedulable,
+        "joinRequest": joinRequest,
+        "retryAfterSeconds": retryAfterSeconds,
     }
-    if pool is not None:
-        body.update(workspaceId=pool.workspace_id, poolName=pool.name)
-    body.update(fields)
+
+
+def dry_run_response(
+    *, ok: bool, errMsg: str, verdict: str, reasons: list[views.AttestorReason]
+) -> views.JoinMachineResponse:
+    """A dry run's answer: nothing joined, the verdict and every attestor's vote."""
+    body = join_response(ok=ok, errMsg=errMsg)
+    body["dryRun"] = True
+    body["verdict"] = verdict
+    body["reasons"] = reasons
     return body
+
+
+def renew_response(
+    machine_id: str, certificate: str, ca_certificates: str, certificate_expires_at: str
+) -> views.RenewMachineResponse:
+    return {
+        "machineId": machine_id,
+        "certificate": certificate,
+        "caCertificates": ca_certificates,
+        "certificateExpiresAt": certificate_expires_at,
+    }

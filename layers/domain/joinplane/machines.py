@@ -14,13 +14,14 @@ from pydantic import BaseModel, Field
 
 from joinplane import clock, credentials, errors
 from joinplane.dal import machines as machines_db
-from joinplane.dal.machines import Machine
+from joinplane.dal.machines import HardwareFacts, Machine, MachineFacts, PreflightCheck, TpmFacts
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
 
 if TYPE_CHECKING:
     from joinplane import views
+    from joinplane.join_wire import JoinMachineRequest
 
 ID_PREFIX = "mach"
 TOKEN_PREFIX = "jpm"
@@ -51,8 +52,60 @@ def mint_token(machine_id: str) -> str:
     return credentials.mint(TOKEN_PREFIX, machine_id.removeprefix(f"{ID_PREFIX}_"))
 
 
+def facts_of(request: JoinMachineRequest) -> MachineFacts:
+    """What the machine said about itself, as its request and machine records keep it."""
+    return MachineFacts(
+        fingerprint=request.machineFingerprint,
+        hostname=request.hostname,
+        os=request.os,
+        arch=request.arch,
+        cpu_count=request.cpuCount,
+        memory_mb=request.memoryMb,
+        gpu=request.gpu,
+        gpu_count=request.gpuCount,
+        gpu_ids=request.gpuIds,
+        executor=request.executor,
+        cpu_millicores=request.cpuMillicores,
+        network_slot_pool_size=request.networkSlotPoolSize,
+        container_start_concurrency=request.containerStartConcurrency,
+        capabilities=request.capabilities,
+        schedulable=request.schedulable,
+        worker_image=request.workerImage,
+        hardware=HardwareFacts(
+            serial_number=request.hardware.serialNumber,
+            system_uuid=request.hardware.systemUuid,
+            mac_addresses=request.hardware.macAddresses,
+        ),
+        tpm=TpmFacts(request.tpm.ekPublicKeySha256),
+        preflight=tuple(PreflightCheck(c.name, c.ok, c.message, c.severity) for c in request.preflight),
+    )
+
+
+def facts_view(facts: MachineFacts) -> views.ReportedFacts:
+    """The facts every answer about a machine shows (a machine, a join request's `machine`)."""
+    hardware: views.HardwareFacts = {}
+    if facts.hardware.serial_number is not None:
+        hardware["serialNumber"] = facts.hardware.serial_number
+    if facts.hardware.system_uuid is not None:
+        hardware["systemUuid"] = facts.hardware.system_uuid
+    if facts.hardware.mac_addresses is not None:
+        hardware["macAddresses"] = list(facts.hardware.mac_addresses)
+    tpm: views.TpmFacts = {}
+    if facts.tpm.ek_public_key_sha256:
+        tpm["ekPublicKeySha256"] = facts.tpm.ek_public_key_sha256
+    return {
+        "hostname": facts.hostname,
+        "os": facts.os,
+        "arch": facts.arch,
+        "cpuCount": facts.cpu_count,
+        "memoryMb": facts.memory_mb,
+        "gpuCount": facts.gpu_count,
+        "hardware": hardware,
+        "tpm": tpm,
+    }
+
+
 def view(machine: Machine) -> views.Machine:
-    facts = machine.facts
     return {
         "machineId": machine.machine_id,
         "tenantId": machine.tenant_id,
@@ -60,15 +113,11 @@ def view(machine: Machine) -> views.Machine:
         "poolId": machine.pool_id,
         "state": "active" if machine.active else "revoked",
         "schedulable": machine.schedulable,
-        "hostname": facts.get("hostname", ""),
-        "os": facts.get("os", ""),
-        "arch": facts.get("arch", ""),
-        "cpuCount": facts.get("cpuCount", 0),
-        "memoryMb": facts.get("memoryMb", 0),
-        "gpuCount": facts.get("gpuCount", 0),
-        "hardware": facts.get("hardware", {}),
-        "tpm": facts.get("tpm", {}),
-        "preflight": facts.get("preflight", []),
+        **facts_view(machine.facts),
+        "preflight": [
+            {"name": c.name, "ok": c.ok, "message": c.message, "severity": c.severity}
+            for c in machine.facts.preflight
+        ],
         "workerImageBaseline": machine.worker_image_baseline,
         "certificateSerial": machine.certificate_serial,
         "certificateExpiresAt": machine.certificate_expires_at,

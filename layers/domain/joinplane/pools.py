@@ -8,13 +8,15 @@ tokens and grants refer to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from joinplane import clock, errors
 from joinplane.dal import pools as pools_db
-from joinplane.dal.pools import Pool
+from joinplane.dal.pools import Bootstrap, Pool, PoolChanges
+from joinplane.dal.pools import ClusterSettings as StoredClusterSettings
+from joinplane.dal.pools import TelemetrySink as StoredSink
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
@@ -126,6 +128,87 @@ def resource_of(pool: Pool) -> Resource:
     return Resource(pool.tenant_id, pool.site_id, pool.pool_id, kind="pool")
 
 
+def _sink_view(sink: StoredSink) -> views.StoredTelemetrySink:
+    view: views.StoredTelemetrySink = {}
+    if sink.destination is not None:
+        view["destination"] = sink.destination
+    if sink.credential is not None:
+        view["credential"] = sink.credential
+    if sink.stream_prefix is not None:
+        view["streamPrefix"] = sink.stream_prefix
+    return view
+
+
+def _bootstrap_view(bootstrap: Bootstrap) -> views.StoredBootstrap:
+    """The defaults as stored: only the fields that were set."""
+    b = bootstrap
+    view: views.StoredBootstrap = {}
+    if b.controlplane_http_url is not None:
+        view["controlplaneHttpUrl"] = b.controlplane_http_url
+    if b.controlplane_grpc_host is not None:
+        view["controlplaneGrpcHost"] = b.controlplane_grpc_host
+    if b.controlplane_grpc_port is not None:
+        view["controlplaneGrpcPort"] = b.controlplane_grpc_port
+    if b.controlplane_grpc_tls is not None:
+        view["controlplaneGrpcTls"] = b.controlplane_grpc_tls
+    if b.transport is not None:
+        view["transport"] = b.transport
+    if b.executor is not None:
+        view["executor"] = b.executor
+    if b.fallback is not None:
+        view["fallback"] = b.fallback
+    if b.disabled_services is not None:
+        view["disabledServices"] = list(b.disabled_services)
+    if b.image_registry_store is not None:
+        view["imageRegistryStore"] = b.image_registry_store
+    if b.image_clip_version is not None:
+        view["imageClipVersion"] = b.image_clip_version
+    if b.image_local_cache_enabled is not None:
+        view["imageLocalCacheEnabled"] = b.image_local_cache_enabled
+    if b.telemetry is not None:
+        telemetry: views.StoredTelemetry = {}
+        if b.telemetry.enabled is not None:
+            telemetry["enabled"] = b.telemetry.enabled
+        if b.telemetry.stream_prefix is not None:
+            telemetry["streamPrefix"] = b.telemetry.stream_prefix
+        if b.telemetry.logs is not None:
+            telemetry["logs"] = _sink_view(b.telemetry.logs)
+        if b.telemetry.events is not None:
+            telemetry["events"] = _sink_view(b.telemetry.events)
+        view["telemetry"] = telemetry
+    if b.billing is not None:
+        billing: views.StoredBilling = {}
+        if b.billing.usage_endpoint is not None:
+            billing["usageEndpoint"] = b.billing.usage_endpoint
+        if b.billing.usage_token is not None:
+            billing["usageToken"] = b.billing.usage_token
+        if b.billing.cost_hook_endpoint is not None:
+            billing["costHookEndpoint"] = b.billing.cost_hook_endpoint
+        if b.billing.cost_hook_token is not None:
+            billing["costHookToken"] = b.billing.cost_hook_token
+        if b.billing.billable_margin_pct is not None:
+            billing["billableMarginPct"] = b.billing.billable_margin_pct
+        view["billing"] = billing
+    if b.worker_image is not None:
+        view["workerImage"] = b.worker_image
+    return view
+
+
+def _cluster_view(cluster: StoredClusterSettings) -> views.StoredClusterSettings:
+    view: views.StoredClusterSettings = {}
+    if cluster.required_node_version is not None:
+        view["requiredNodeVersion"] = cluster.required_node_version
+    return view
+
+
+def _stored_bootstrap(request: BootstrapDefaults) -> Bootstrap:
+    return Bootstrap.from_item(request.model_dump(exclude_none=True))
+
+
+def _stored_cluster(request: ClusterSettings) -> StoredClusterSettings:
+    return StoredClusterSettings(request.requiredNodeVersion)
+
+
 def view(pool: Pool) -> views.Pool:
     return {
         "tenantId": pool.tenant_id,
@@ -133,14 +216,66 @@ def view(pool: Pool) -> views.Pool:
         "siteId": pool.site_id,
         "name": pool.name,
         "workspaceId": pool.workspace_id,
-        "state": cast("Literal['active', 'archived']", pool.state),
-        "bootstrap": cast("views.StoredBootstrap", pool.bootstrap),
+        "state": pool.state,
+        "bootstrap": _bootstrap_view(pool.bootstrap),
         "joinRequestTtlSeconds": pool.join_request_ttl_seconds,
         "certificateTtlSeconds": pool.certificate_ttl_seconds,
-        "cluster": cast("views.StoredClusterSettings | None", pool.cluster),
+        "cluster": _cluster_view(pool.cluster) if pool.cluster else None,
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
+    }
+
+
+def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
+    if sink is None:
+        return None
+    return {
+        "destination": sink.destination or "",
+        "credential": sink.credential or "",
+        "streamPrefix": sink.stream_prefix or "",
+    }
+
+
+def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapConfig:
+    """What a machine joining the pool is handed (seed 002's `controlplaneMachineBootstrapConfig`):
+    the pool's defaults, the seed's zero value for each one not set."""
+    b, telemetry, billing = pool.bootstrap, pool.bootstrap.telemetry, pool.bootstrap.billing
+    return {
+        "controlplaneHttpUrl": b.controlplane_http_url or "",
+        "controlplaneGrpcHost": b.controlplane_grpc_host or "",
+        "controlplaneGrpcPort": b.controlplane_grpc_port or 0,
+        "controlplaneGrpcTls": b.controlplane_grpc_tls or False,
+        "workspaceId": pool.workspace_id,
+        "poolName": pool.name,
+        "transport": b.transport or "",
+        "executor": b.executor or "",
+        "fallback": b.fallback or "",
+        "disabledServices": list(b.disabled_services or ()),
+        "imageRegistryStore": b.image_registry_store or "",
+        "imageClipVersion": str(b.image_clip_version or 0),  # int64: a string in proto3 JSON
+        "imageLocalCacheEnabled": b.image_local_cache_enabled or False,
+        "telemetry": None
+        if telemetry is None
+        else {
+            "enabled": telemetry.enabled or False,
+            "streamPrefix": telemetry.stream_prefix or "",
+            "logs": _sink_config(telemetry.logs),
+            "events": _sink_config(telemetry.events),
+        },
+        "billing": None
+        if billing is None
+        else {
+            "usageEndpoint": billing.usage_endpoint or "",
+            "usageToken": billing.usage_token or "",
+            "costHookEndpoint": billing.cost_hook_endpoint or "",
+            "costHookToken": billing.cost_hook_token or "",
+            # As stored (a whole margin reads back as an int); absent: the seed's zero.
+            "billableMarginPct": billing.billable_margin_pct
+            if billing.billable_margin_pct is not None
+            else 0,
+        },
+        "workerImage": worker_image,
     }
 
 
@@ -192,10 +327,10 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         name=request.name,
         workspace_id=request.workspaceId,
         state="active",
-        bootstrap=request.bootstrap.model_dump(exclude_none=True),
+        bootstrap=_stored_bootstrap(request.bootstrap),
         join_request_ttl_seconds=request.joinRequestTtlSeconds,
         certificate_ttl_seconds=request.certificateTtlSeconds,
-        cluster=request.cluster.model_dump(exclude_none=True) if request.cluster else None,
+        cluster=_stored_cluster(request.cluster) if request.cluster else None,
         created_at=now,
         updated_at=now,
     )
@@ -212,17 +347,24 @@ def get(principal: Principal, request: PoolRef) -> views.Pool:
 
 def update(principal: Principal, request: UpdatePool) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
-    changes: dict[str, Any] = {}
-    for name in request.model_fields_set - {"tenantId", "poolId"}:
-        value = getattr(request, name)
-        if value is None and name != "cluster":
+    given = request.model_fields_set - {"tenantId", "poolId"}
+    for name in sorted(given):
+        if getattr(request, name) is None and name != "cluster":
             raise InvalidArgument(
                 f"invalid request: {name}: cannot be null (only cluster can be removed)",
                 [{"field": name, "reason": "cannot be null"}],
             )
-        changes[name] = value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
-    if not changes:
+    if not given:
         return get(principal, request)
+    changes = PoolChanges(
+        name=request.name,
+        workspace_id=request.workspaceId,
+        bootstrap=_stored_bootstrap(request.bootstrap) if request.bootstrap else None,
+        join_request_ttl_seconds=request.joinRequestTtlSeconds,
+        certificate_ttl_seconds=request.certificateTtlSeconds,
+        cluster=_stored_cluster(request.cluster) if request.cluster else None,
+        remove_cluster="cluster" in given and request.cluster is None,
+    )
     try:
         pool = pools_db.update_active(request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()))
     except pools_db.PoolLost as lost:

@@ -212,6 +212,20 @@ class TpmFacts(TypedDict):
     ekPublicKeySha256: NotRequired[str]
 
 
+class ReportedFacts(TypedDict):
+    """What a machine said about itself, as both `Machine` and `RequestedMachine` show it (the one
+    builder is machines.facts_view); not a schema of its own."""
+
+    hostname: str
+    os: str
+    arch: str
+    cpuCount: int
+    memoryMb: int
+    gpuCount: int
+    hardware: HardwareFacts
+    tpm: TpmFacts
+
+
 @with_config(VIEW)
 class PreflightResult(TypedDict):
     name: str
@@ -399,3 +413,86 @@ class ClusterGuest(TypedDict):
 class ClusterGuestList(TypedDict):
     guests: list[ClusterGuest]
     nextCursor: NotRequired[int]
+
+
+# --- machine join and renewal (seed 002) -------------------------------------------------------
+#
+# grpc-gateway JSON, so these are not pydantic schemas: joinplane_local.openapi writes theirs by hand,
+# seed-exact, and tests/contract/test_openapi_document.py holds the two to the same field names.
+
+
+class TelemetrySinkConfig(TypedDict):
+    destination: str
+    credential: str
+    streamPrefix: str
+
+
+class TelemetryConfig(TypedDict):
+    enabled: bool
+    streamPrefix: str
+    logs: TelemetrySinkConfig | None
+    events: TelemetrySinkConfig | None
+
+
+class BillingConfig(TypedDict):
+    usageEndpoint: str
+    usageToken: str
+    costHookEndpoint: str
+    costHookToken: str
+    billableMarginPct: float
+
+
+class MachineBootstrapConfig(TypedDict):
+    """Seed 002's `controlplaneMachineBootstrapConfig`: every field present (EmitUnpopulated)."""
+
+    controlplaneHttpUrl: str
+    controlplaneGrpcHost: str
+    controlplaneGrpcPort: int
+    controlplaneGrpcTls: bool
+    workspaceId: str
+    poolName: str
+    transport: str
+    executor: str
+    fallback: str
+    disabledServices: list[str]
+    imageRegistryStore: str
+    imageClipVersion: str  # int64: a decimal string in proto3 JSON
+    imageLocalCacheEnabled: bool
+    telemetry: TelemetryConfig | None
+    billing: BillingConfig | None
+    workerImage: str
+
+
+class JoinRequestRef(TypedDict):
+    requestId: str
+    state: Literal["pending"]
+    expiresAt: str
+
+
+class JoinMachineResponse(TypedDict):
+    """Seed 002's `controlplaneJoinMachineResponse` with every field present, plus Joinplane's
+    additive fields; a dry run's three are present only on a dry run."""
+
+    ok: bool
+    errMsg: str
+    workspaceId: str
+    poolName: str
+    machineId: str
+    machineToken: str
+    bootstrap: MachineBootstrapConfig | None
+    certificate: str
+    caCertificates: str
+    certificateExpiresAt: str
+    schedulable: bool
+    joinRequest: JoinRequestRef | None
+    retryAfterSeconds: int
+    dryRun: NotRequired[bool]
+    verdict: NotRequired[str]  # admit | defer | deny
+    reasons: NotRequired[list[AttestorReason]]
+
+
+class RenewMachineResponse(TypedDict):
+    machineId: str
+    certificate: str
+    caCertificates: str
+    certificateExpiresAt: str

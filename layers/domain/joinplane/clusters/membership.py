@@ -147,7 +147,7 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
 def _decide(pool: Pool, request: AcceptJoin) -> _Decision:
     """The leader's checks in Sylve's order: version, address, the joiner's own inventory,
     membership, then its claims against the registry."""
-    required = go_trim_space(str((pool.cluster or {}).get("requiredNodeVersion") or ""))
+    required = go_trim_space(pool.cluster.required_node_version or "" if pool.cluster else "")
     offered = go_trim_space(request.node_version)
     if offered == "" or (required and offered != required):
         raise sylve_wire.version_mismatch(required, offered)

@@ -267,7 +267,7 @@ def rejoin(
                 ":serial": after.certificate_serial,
                 ":expires": after.certificate_expires_at,
                 ":now": now,
-                ":facts": after.facts,
+                ":facts": after.facts.to_item(),
                 ":schedulable": after.schedulable,
                 ":baseline": after.worker_image_baseline,
                 ":active": "active",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -45,6 +44,130 @@ def pool_partition(tenant_id: str, pool_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class HardwareFacts:
+    """The machine's hardware ids as it sent them (None: not sent)."""
+
+    serial_number: str | None = None
+    system_uuid: str | None = None
+    mac_addresses: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> HardwareFacts:
+        macs = item.get("macAddresses")
+        return cls(
+            item.get("serialNumber"), item.get("systemUuid"), tuple(macs) if macs is not None else None
+        )
+
+    def to_item(self) -> Item:
+        item: Item = {"serialNumber": self.serial_number, "systemUuid": self.system_uuid}
+        if self.mac_addresses is not None:
+            item["macAddresses"] = list(self.mac_addresses)
+        return {name: value for name, value in item.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class TpmFacts:
+    ek_public_key_sha256: str = ""  # "": the machine sent no TPM
+
+    @classmethod
+    def from_item(cls, item: Item) -> TpmFacts:
+        return cls(item.get("ekPublicKeySha256", ""))
+
+    def to_item(self) -> Item:
+        return {"ekPublicKeySha256": self.ek_public_key_sha256} if self.ek_public_key_sha256 else {}
+
+
+@dataclass(frozen=True)
+class PreflightCheck:
+    name: str = ""
+    ok: bool = False
+    message: str = ""
+    severity: str = ""
+
+    @classmethod
+    def from_item(cls, item: Item) -> PreflightCheck:
+        return cls(
+            item.get("name", ""), item.get("ok", False), item.get("message", ""), item.get("severity", "")
+        )
+
+    def to_item(self) -> Item:
+        return {"name": self.name, "ok": self.ok, "message": self.message, "severity": self.severity}
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What a machine said about itself when it joined, as stored on its join request (`machine`)
+    and its machine record (`facts`). Fields an older item lacks read as the join's defaults."""
+
+    fingerprint: str = ""
+    hostname: str = ""
+    os: str = ""
+    arch: str = ""
+    cpu_count: int = 0
+    memory_mb: int = 0
+    gpu: tuple[str, ...] = ()
+    gpu_count: int = 0
+    gpu_ids: tuple[str, ...] = ()
+    executor: str = ""
+    cpu_millicores: int = 0
+    network_slot_pool_size: int = 0
+    container_start_concurrency: int = 0
+    capabilities: tuple[str, ...] = ()
+    schedulable: bool = True
+    worker_image: str = ""
+    hardware: HardwareFacts = HardwareFacts()
+    tpm: TpmFacts = TpmFacts()
+    preflight: tuple[PreflightCheck, ...] = ()
+
+    @classmethod
+    def from_item(cls, item: Item) -> MachineFacts:
+        return cls(
+            fingerprint=item.get("fingerprint", ""),
+            hostname=item.get("hostname", ""),
+            os=item.get("os", ""),
+            arch=item.get("arch", ""),
+            cpu_count=item.get("cpuCount", 0),
+            memory_mb=item.get("memoryMb", 0),
+            gpu=tuple(item.get("gpu", ())),
+            gpu_count=item.get("gpuCount", 0),
+            gpu_ids=tuple(item.get("gpuIds", ())),
+            executor=item.get("executor", ""),
+            cpu_millicores=item.get("cpuMillicores", 0),
+            network_slot_pool_size=item.get("networkSlotPoolSize", 0),
+            container_start_concurrency=item.get("containerStartConcurrency", 0),
+            capabilities=tuple(item.get("capabilities", ())),
+            schedulable=item.get("schedulable", True),
+            worker_image=item.get("workerImage", ""),
+            hardware=HardwareFacts.from_item(item.get("hardware") or {}),
+            tpm=TpmFacts.from_item(item.get("tpm") or {}),
+            preflight=tuple(PreflightCheck.from_item(check) for check in item.get("preflight", ())),
+        )
+
+    def to_item(self) -> Item:
+        return {
+            "fingerprint": self.fingerprint,
+            "hostname": self.hostname,
+            "os": self.os,
+            "arch": self.arch,
+            "cpuCount": self.cpu_count,
+            "memoryMb": self.memory_mb,
+            "gpu": list(self.gpu),
+            "gpuCount": self.gpu_count,
+            "gpuIds": list(self.gpu_ids),
+            "executor": self.executor,
+            "cpuMillicores": self.cpu_millicores,
+            "networkSlotPoolSize": self.network_slot_pool_size,
+            "containerStartConcurrency": self.container_start_concurrency,
+            "capabilities": list(self.capabilities),
+            "schedulable": self.schedulable,
+            "workerImage": self.worker_image,
+            "hardware": self.hardware.to_item(),
+            "tpm": self.tpm.to_item(),
+            "preflight": [check.to_item() for check in self.preflight],
+        }
+
+
+@dataclass(frozen=True)
 class Machine:
     machine_id: str
     tenant_id: str
@@ -56,7 +179,7 @@ class Machine:
     machine_token_sha256: str
     token_generation: int
     schedulable: bool
-    facts: dict[str, Any]
+    facts: MachineFacts
     joined_at: str
     request_id: str | None = None
     worker_image_baseline: str | None = None
@@ -85,7 +208,7 @@ class Machine:
             machine_token_sha256=item["machineTokenSha256"],
             token_generation=int(item.get("tokenGeneration", 1)),
             schedulable=bool(item.get("schedulable", True)),
-            facts=item.get("facts") or {},
+            facts=MachineFacts.from_item(item.get("facts") or {}),
             joined_at=item["joinedAt"],
             request_id=item.get("requestId"),
             worker_image_baseline=item.get("workerImageBaseline"),
@@ -116,7 +239,7 @@ class Machine:
             "machineTokenSha256": self.machine_token_sha256,
             "tokenGeneration": self.token_generation,
             "schedulable": self.schedulable,
-            "facts": self.facts,
+            "facts": self.facts.to_item(),
             "workerImageBaseline": self.worker_image_baseline,
             "claims": [list(c) for c in self.claims],
             "certificateSerial": self.certificate_serial,

@@ -9,11 +9,166 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from joinplane import container
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
+
+PoolState = Literal["active", "archived"]
+
+
+def _present(**attributes: Any) -> Item:
+    """A stored sub-document holds only the fields that were set (None: never set)."""
+    return {name: value for name, value in attributes.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class TelemetrySink:
+    destination: str | None = None
+    credential: str | None = None
+    stream_prefix: str | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> TelemetrySink:
+        return cls(item.get("destination"), item.get("credential"), item.get("streamPrefix"))
+
+    def to_item(self) -> Item:
+        return _present(
+            destination=self.destination, credential=self.credential, streamPrefix=self.stream_prefix
+        )
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    enabled: bool | None = None
+    stream_prefix: str | None = None
+    logs: TelemetrySink | None = None
+    events: TelemetrySink | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> Telemetry:
+        logs, events = item.get("logs"), item.get("events")
+        return cls(
+            enabled=item.get("enabled"),
+            stream_prefix=item.get("streamPrefix"),
+            logs=TelemetrySink.from_item(logs) if logs is not None else None,
+            events=TelemetrySink.from_item(events) if events is not None else None,
+        )
+
+    def to_item(self) -> Item:
+        return _present(
+            enabled=self.enabled,
+            streamPrefix=self.stream_prefix,
+            logs=self.logs.to_item() if self.logs else None,
+            events=self.events.to_item() if self.events else None,
+        )
+
+
+@dataclass(frozen=True)
+class Billing:
+    usage_endpoint: str | None = None
+    usage_token: str | None = None
+    cost_hook_endpoint: str | None = None
+    cost_hook_token: str | None = None
+    # As stored: a whole margin reads back as an int, and is answered as such.
+    billable_margin_pct: float | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> Billing:
+        return cls(
+            usage_endpoint=item.get("usageEndpoint"),
+            usage_token=item.get("usageToken"),
+            cost_hook_endpoint=item.get("costHookEndpoint"),
+            cost_hook_token=item.get("costHookToken"),
+            billable_margin_pct=item.get("billableMarginPct"),
+        )
+
+    def to_item(self) -> Item:
+        return _present(
+            usageEndpoint=self.usage_endpoint,
+            usageToken=self.usage_token,
+            costHookEndpoint=self.cost_hook_endpoint,
+            costHookToken=self.cost_hook_token,
+            billableMarginPct=self.billable_margin_pct,
+        )
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """The pool's bootstrap defaults: only the fields an operator set (None: not set), handed to
+    the machines it admits with the seed's defaults for the rest (joinplane.join_wire)."""
+
+    controlplane_http_url: str | None = None
+    controlplane_grpc_host: str | None = None
+    controlplane_grpc_port: int | None = None
+    controlplane_grpc_tls: bool | None = None
+    transport: str | None = None
+    executor: str | None = None
+    fallback: str | None = None
+    disabled_services: tuple[str, ...] | None = None
+    image_registry_store: str | None = None
+    image_clip_version: int | None = None
+    image_local_cache_enabled: bool | None = None
+    telemetry: Telemetry | None = None
+    billing: Billing | None = None
+    worker_image: str | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> Bootstrap:
+        disabled, telemetry, billing = (
+            item.get("disabledServices"),
+            item.get("telemetry"),
+            item.get("billing"),
+        )
+        return cls(
+            controlplane_http_url=item.get("controlplaneHttpUrl"),
+            controlplane_grpc_host=item.get("controlplaneGrpcHost"),
+            controlplane_grpc_port=item.get("controlplaneGrpcPort"),
+            controlplane_grpc_tls=item.get("controlplaneGrpcTls"),
+            transport=item.get("transport"),
+            executor=item.get("executor"),
+            fallback=item.get("fallback"),
+            disabled_services=tuple(disabled) if disabled is not None else None,
+            image_registry_store=item.get("imageRegistryStore"),
+            image_clip_version=item.get("imageClipVersion"),
+            image_local_cache_enabled=item.get("imageLocalCacheEnabled"),
+            telemetry=Telemetry.from_item(telemetry) if telemetry is not None else None,
+            billing=Billing.from_item(billing) if billing is not None else None,
+            worker_image=item.get("workerImage"),
+        )
+
+    def to_item(self) -> Item:
+        return _present(
+            controlplaneHttpUrl=self.controlplane_http_url,
+            controlplaneGrpcHost=self.controlplane_grpc_host,
+            controlplaneGrpcPort=self.controlplane_grpc_port,
+            controlplaneGrpcTls=self.controlplane_grpc_tls,
+            transport=self.transport,
+            executor=self.executor,
+            fallback=self.fallback,
+            disabledServices=list(self.disabled_services) if self.disabled_services is not None else None,
+            imageRegistryStore=self.image_registry_store,
+            imageClipVersion=self.image_clip_version,
+            imageLocalCacheEnabled=self.image_local_cache_enabled,
+            telemetry=self.telemetry.to_item() if self.telemetry else None,
+            billing=self.billing.to_item() if self.billing else None,
+            workerImage=self.worker_image,
+        )
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What the pool asks of the Sylve nodes that join it (joinplane.clusters)."""
+
+    required_node_version: str | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> ClusterSettings:
+        return cls(item.get("requiredNodeVersion"))
+
+    def to_item(self) -> Item:
+        return _present(requiredNodeVersion=self.required_node_version)
 
 
 @dataclass(frozen=True)
@@ -23,11 +178,11 @@ class Pool:
     site_id: str
     name: str
     workspace_id: str
-    state: str  # "active" | "archived"
-    bootstrap: dict[str, Any]
+    state: PoolState
+    bootstrap: Bootstrap
     join_request_ttl_seconds: int
     certificate_ttl_seconds: int
-    cluster: dict[str, Any] | None
+    cluster: ClusterSettings | None
     created_at: str
     updated_at: str
     version: int = 1
@@ -42,10 +197,11 @@ class Pool:
 
     @property
     def worker_image(self) -> str:
-        return str(self.bootstrap.get("workerImage", ""))
+        return self.bootstrap.worker_image or ""
 
     @classmethod
     def from_item(cls, item: Item) -> Pool:
+        cluster = item.get("cluster")
         return cls(
             tenant_id=item["tenantId"],
             pool_id=item["poolId"],
@@ -53,10 +209,10 @@ class Pool:
             name=item["name"],
             workspace_id=item["workspaceId"],
             state=item["state"],
-            bootstrap=item.get("bootstrap") or {},
+            bootstrap=Bootstrap.from_item(item.get("bootstrap") or {}),
             join_request_ttl_seconds=int(item["joinRequestTtlSeconds"]),
             certificate_ttl_seconds=int(item["certificateTtlSeconds"]),
-            cluster=item.get("cluster"),
+            cluster=ClusterSettings.from_item(cluster) if cluster is not None else None,
             created_at=item["createdAt"],
             updated_at=item["updatedAt"],
             version=int(item.get("version", 1)),
@@ -76,10 +232,10 @@ class Pool:
             "name": self.name,
             "workspaceId": self.workspace_id,
             "state": self.state,
-            "bootstrap": self.bootstrap,
+            "bootstrap": self.bootstrap.to_item(),
             "joinRequestTtlSeconds": self.join_request_ttl_seconds,
             "certificateTtlSeconds": self.certificate_ttl_seconds,
-            "cluster": self.cluster,
+            "cluster": self.cluster.to_item() if self.cluster else None,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
             "version": self.version,
@@ -143,16 +299,44 @@ def create(pool: Pool) -> None:
         raise
 
 
-def update_active(tenant_id: str, pool_id: str, changes: dict[str, Any], now: str) -> Pool:
-    """Replace the given stored fields (camelCase item names; None removes) of an active pool and
-    bump its version. PoolLost when the pool is absent or archived."""
-    changes = {**changes, "updatedAt": now}
-    names = {f"#f{i}": name for i, name in enumerate(changes)}
+@dataclass(frozen=True)
+class PoolChanges:
+    """What an update replaces, whole: a field left None is left alone. Only the cluster settings
+    can be removed (`remove_cluster`)."""
+
+    name: str | None = None
+    workspace_id: str | None = None
+    bootstrap: Bootstrap | None = None
+    join_request_ttl_seconds: int | None = None
+    certificate_ttl_seconds: int | None = None
+    cluster: ClusterSettings | None = None
+    remove_cluster: bool = False
+
+    def attributes(self) -> Item:
+        """The stored attributes replaced (None: removed)."""
+        replaced = _present(
+            name=self.name,
+            workspaceId=self.workspace_id,
+            bootstrap=self.bootstrap.to_item() if self.bootstrap else None,
+            joinRequestTtlSeconds=self.join_request_ttl_seconds,
+            certificateTtlSeconds=self.certificate_ttl_seconds,
+            cluster=self.cluster.to_item() if self.cluster else None,
+        )
+        if self.remove_cluster:
+            replaced["cluster"] = None
+        return replaced
+
+
+def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str) -> Pool:
+    """Apply the changes to an active pool and bump its version. PoolLost when the pool is absent
+    or archived."""
+    attributes = {**changes.attributes(), "updatedAt": now}
+    names = {f"#f{i}": name for i, name in enumerate(attributes)}
     values: dict[str, Any] = {
-        f":v{i}": value for i, value in enumerate(changes.values()) if value is not None
+        f":v{i}": value for i, value in enumerate(attributes.values()) if value is not None
     }
-    sets = [f"#f{i} = :v{i}" for i, value in enumerate(changes.values()) if value is not None]
-    removes = [f"#f{i}" for i, value in enumerate(changes.values()) if value is None]
+    sets = [f"#f{i} = :v{i}" for i, value in enumerate(attributes.values()) if value is not None]
+    removes = [f"#f{i}" for i, value in enumerate(attributes.values()) if value is None]
     sets.append("version = version + :one")
     expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
     try:

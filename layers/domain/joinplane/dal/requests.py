@@ -19,12 +19,29 @@ from typing import Any, Literal
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
+from joinplane.dal.machines import MachineFacts
 
 RETENTION_SECONDS = 30 * 86_400
 OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
 OPEN_STATES = ("pending", "approved")
 
 RequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
+
+
+@dataclass(frozen=True)
+class VoteReason:
+    """An attestor's vote that deferred a join, as stored on its request (`reasons`)."""
+
+    attestor: str
+    code: str
+    message: str
+
+    @classmethod
+    def from_item(cls, item: Item) -> VoteReason:
+        return cls(item.get("attestor", ""), item.get("code", ""), item.get("message", ""))
+
+    def to_item(self) -> Item:
+        return {"attestor": self.attestor, "code": self.code, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -36,8 +53,8 @@ class JoinRequest:
     token_id: str
     identity: str
     state: RequestState  # as stored; see `state_at` for the state as read
-    reasons: list[dict[str, str]]  # the attestors' votes that deferred it
-    machine: dict[str, Any]  # the machine's facts as it sent them
+    reasons: tuple[VoteReason, ...]  # the attestors' votes that deferred it
+    machine: MachineFacts  # as it sent them
     csr_public_key_sha256: str | None
     created_at: str
     expires_at: str
@@ -70,8 +87,8 @@ class JoinRequest:
             token_id=item["tokenId"],
             identity=item["identity"],
             state=item["state"],
-            reasons=list(item.get("reasons") or []),
-            machine=dict(item.get("machine") or {}),
+            reasons=tuple(VoteReason.from_item(reason) for reason in item.get("reasons") or []),
+            machine=MachineFacts.from_item(item.get("machine") or {}),
             csr_public_key_sha256=item.get("csrPublicKeySha256"),
             created_at=item["createdAt"],
             expires_at=item["expiresAt"],
@@ -98,8 +115,8 @@ class JoinRequest:
             "tokenId": self.token_id,
             "identity": self.identity,
             "state": self.state,
-            "reasons": self.reasons,
-            "machine": self.machine,
+            "reasons": [reason.to_item() for reason in self.reasons],
+            "machine": self.machine.to_item(),
             "csrPublicKeySha256": self.csr_public_key_sha256,
             "createdAt": self.created_at,
             "expiresAt": self.expires_at,
