@@ -93,6 +93,50 @@ def test_backoff_is_jittered_and_capped() -> None:
     assert len(set(pauses)) > 100  # jittered, not a fixed schedule
 
 
+def test_attempts_run_out_into_the_callers_error() -> None:
+    # Given no deadline and a loop of three attempts that never succeeds
+    busy = Unavailable("busy")
+    tried: list[int] = []
+    # When it runs out, Then the caller's own error is raised (its status is the caller's choice)
+    with pytest.raises(Unavailable) as raised:
+        for attempt in deadline.attempts(3, exhausted=busy):
+            tried.append(attempt)
+    assert raised.value is busy
+    assert tried == [0, 1, 2]
+
+
+def test_an_attempt_starts_only_with_time_left() -> None:
+    # Given 0.5 s left, less than an attempt's reserve
+    deadline.begin(Context(500))
+    tried: list[int] = []
+    # When a loop starts, Then no attempt is made: out of time, not out of attempts
+    with pytest.raises(OutOfTime):
+        for attempt in deadline.attempts(3, exhausted=Unavailable("busy")):
+            tried.append(attempt)
+    assert tried == []
+
+
+def test_attempts_pause_between_attempts_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a backoff whose jitter came out at 0.05 s for every pause
+    monkeypatch.setattr(deadline, "_jittered", lambda attempt, base, cap: 0.05)
+    started = time.monotonic()
+    # When three attempts run without a deadline, Then two pauses were taken
+    with pytest.raises(Unavailable):
+        for _ in deadline.attempts(3, exhausted=Unavailable("busy"), backoff=(0.05, 0.5)):
+            pass
+    assert time.monotonic() - started >= 0.1
+    # And with 1.03 s left, the pause before the second attempt would reach into the reserve:
+    # the first attempt ran, the second is out of time at once instead of after sleeping
+    deadline.begin(Context(1_030))
+    tried: list[int] = []
+    started = time.monotonic()
+    with pytest.raises(OutOfTime):
+        for attempt in deadline.attempts(3, exhausted=Unavailable("busy"), backoff=(0.05, 0.5)):
+            tried.append(attempt)
+    assert tried == [0]
+    assert time.monotonic() - started < 0.05
+
+
 def test_concurrent_invocations_each_see_their_own_deadline() -> None:
     # Given two invocations on two threads at once, one with 100 s left and one with 1 s
     seen: dict[int, float] = {}
