@@ -130,3 +130,29 @@ def test_the_join_wire_is_seed_002_plus_our_fields() -> None:
     assert {"200", "202", "401", "default"} <= set(join["responses"])
     tokens = DOCUMENT["components"]["schemas"]["Attestation"]["properties"]
     assert tokens["identity"]["enum"] == ["any", "key"]
+
+
+@pytest.mark.parametrize(
+    ("component", "answer"),
+    [
+        ("controlplaneJoinMachineResponse", "JoinMachineResponse"),
+        ("joinplaneJoinRequestRef", "JoinRequestRef"),
+        ("controlplaneMachineBootstrapConfig", "MachineBootstrapConfig"),
+        ("controlplaneMachineTelemetryConfig", "TelemetryConfig"),
+        ("controlplaneMachineTelemetrySinkConfig", "TelemetrySinkConfig"),
+        ("controlplaneMachineBillingConfig", "BillingConfig"),
+        ("joinplaneRenewResponse", "RenewMachineResponse"),
+    ],
+)
+def test_the_join_wire_schemas_name_the_fields_its_answers_carry(component: str, answer: str) -> None:
+    # Given a hand-written seed 002 schema and the TypedDict join_wire builds that answer as
+    from typing import NotRequired, get_origin, get_type_hints
+
+    from joinplane import views
+
+    schema = DOCUMENT["components"]["schemas"][component]
+    fields = get_type_hints(getattr(views, answer), include_extras=True)
+    # Then both name the same fields, and the schema requires exactly those always present
+    assert list(schema["properties"]) == list(fields)
+    always = [name for name, hint in fields.items() if get_origin(hint) is not NotRequired]
+    assert schema.get("required", []) == always

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import JoinToken
 
@@ -49,12 +50,58 @@ REQUEST_ITEM: dict[str, Any] = {
     "identity": "spki-00",
     "state": "pending",
     "reasons": [{"attestor": "token", "code": "site_token", "message": "a site token defers"}],
-    "machine": {"fingerprint": "fp", "hostname": "h1"},
+    # Every fact a join writes (joinplane.machines.facts_of): the stored document is whole.
+    "machine": {
+        "fingerprint": "fp",
+        "hostname": "h1",
+        "os": "linux",
+        "arch": "amd64",
+        "cpuCount": 64,
+        "memoryMb": 524_288,
+        "gpu": ["H100"],
+        "gpuCount": 1,
+        "gpuIds": ["GPU-0"],
+        "executor": "containerd",
+        "cpuMillicores": 64_000,
+        "networkSlotPoolSize": 0,
+        "containerStartConcurrency": 4,
+        "capabilities": ["gpu"],
+        "schedulable": True,
+        "workerImage": "",
+        "hardware": {"serialNumber": "PF2ABCDE", "systemUuid": "", "macAddresses": ["aa:bb:cc:dd:ee:f0"]},
+        "tpm": {"ekPublicKeySha256": "ef" * 32},
+        "preflight": [{"name": "disk", "ok": True, "message": "", "severity": ""}],
+    },
     "csrPublicKeySha256": "cd" * 32,
     "createdAt": "2026-01-01T00:00:00Z",
     "expiresAt": "2026-01-02T00:00:00Z",
     "expiresAtEpoch": 1_767_312_000,
     "ttl": 1_767_312_000 + 30 * 86_400,
+}
+
+# A pool whose operator set some bootstrap defaults (only those are stored) and cluster settings.
+POOL_ITEM: dict[str, Any] = {
+    "pk": "TENANT#acme",
+    "sk": "POOL#gpu",
+    "tenantId": "acme",
+    "poolId": "gpu",
+    "siteId": "eu-1",
+    "name": "GPU",
+    "workspaceId": "ws",
+    "state": "active",
+    "bootstrap": {
+        "controlplaneGrpcPort": 443,
+        "disabledServices": ["metrics"],
+        "telemetry": {"enabled": True, "logs": {"destination": "cw"}},
+        "billing": {"billableMarginPct": 12.5},
+        "workerImage": "w:1",
+    },
+    "joinRequestTtlSeconds": 3600,
+    "certificateTtlSeconds": 86_400,
+    "cluster": {"requiredNodeVersion": "0.9.1"},
+    "createdAt": "2026-01-01T00:00:00Z",
+    "updatedAt": "2026-01-01T00:00:00Z",
+    "version": 3,
 }
 
 API_KEY_ITEM: dict[str, Any] = {
@@ -80,8 +127,8 @@ def stored(item: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("record", "item"),
-    [(JoinToken, TOKEN_ITEM), (JoinRequest, REQUEST_ITEM), (ApiKey, API_KEY_ITEM)],
-    ids=["join token", "join request", "api key"],
+    [(JoinToken, TOKEN_ITEM), (JoinRequest, REQUEST_ITEM), (ApiKey, API_KEY_ITEM), (Pool, POOL_ITEM)],
+    ids=["join token", "join request", "api key", "pool"],
 )
 def test_a_stored_item_reads_and_writes_back_unchanged(record: Any, item: dict[str, Any]) -> None:
     assert stored(record.from_item(item).to_item()) == item

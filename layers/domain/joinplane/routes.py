@@ -148,8 +148,9 @@ ROUTES: tuple[Route, ...] = (
         "joinplane.clusters.membership:ListClusterGuests",
         "ClusterGuestList",
     ),
-    # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, since
-    # the body is read by join_wire's proto3-JSON rules rather than a model.
+    # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, seed-exact,
+    # since a pydantic schema would not say proto3 JSON (either field name, int64 as a string);
+    # a contract test holds them to the answers' TypedDicts (views.JoinMachineResponse, ...).
     Route("POST", "/machines/join", "MachineJoinFunction", "ControlPlaneService_JoinMachine", "join-token"),
     Route("POST", "/machines/renew", "MachineJoinFunction", "Joinplane_RenewMachine", "none"),
     # Seed 000 (Sylve): a node posts to `https://<leader>/api/cluster/accept-join`; the seed

@@ -8,7 +8,7 @@ deferred joins can still be matched to the token they came with.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -76,6 +76,14 @@ def state_now(token: JoinToken) -> views.TokenState:
     return token.state_at(clock.epoch())
 
 
+def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
+    """The policy as stored: `identity` is absent on tokens made before the setting existed."""
+    view: views.TokenAttestation = {"discovery": policy.discovery, "tpm": policy.tpm}
+    if policy.identity is not None:
+        view["identity"] = policy.identity
+    return view
+
+
 def view(token: JoinToken) -> views.JoinToken:
     return {
         "tokenId": token.token_id,
@@ -88,7 +96,7 @@ def view(token: JoinToken) -> views.JoinToken:
         "maxUses": token.max_uses,
         "usesRemaining": token.uses_remaining,
         "requireApproval": token.require_approval,
-        "attestation": cast("views.TokenAttestation", token.attestation.to_dict()),
+        "attestation": _attestation_view(token.attestation),
         "createdAt": token.created_at,
         "createdBy": token.created_by,
         "revokedAt": token.revoked_at,

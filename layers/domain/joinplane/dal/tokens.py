@@ -26,9 +26,9 @@ class AttestationPolicy:
     """What a token asks of the attestors. `identity` is None on tokens made before the setting
     existed (stored without it, shown without it; read as "any")."""
 
-    discovery: str = "off"  # "off" | "defer-unknown"
-    tpm: str = "off"  # "off" | "defer-unlisted" | "require"
-    identity: str | None = None  # "any" | "key"
+    discovery: Literal["off", "defer-unknown"] = "off"
+    tpm: Literal["off", "defer-unlisted", "require"] = "off"
+    identity: Literal["any", "key"] | None = None
 
     @property
     def identity_policy(self) -> str:
@@ -44,7 +44,7 @@ class AttestationPolicy:
         )
 
     def to_dict(self) -> dict[str, str]:
-        stored = {"discovery": self.discovery, "tpm": self.tpm}
+        stored: dict[str, str] = {"discovery": self.discovery, "tpm": self.tpm}
         if self.identity is not None:
             stored["identity"] = self.identity
         return stored
