@@ -42,7 +42,6 @@ DENIAL_EXITS = {
 PROOF_REASONS = frozenset(
     {"PROOF_REQUIRED", "PROOF_MALFORMED", "PROOF_STALE", "PROOF_INVALID", "PROOF_REPLAYED"}
 )
-_DEFERRED = re.compile(r"^join deferred: (.*?)\.? An operator must approve jreq_[0-9a-z]+\.?$", re.S)
 _MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
 _MACHINE_ID = re.compile(r"mach_[0-9A-Za-z]+")
 
@@ -426,10 +425,9 @@ class Agent:
 
     def _announce(self, response: Response) -> None:
         request = response.body["joinRequest"]
-        message = str(response.body.get("errMsg", ""))
-        found = _DEFERRED.match(message)
-        reasons = found.group(1) if found else message
-        self.say(f"Join deferred: {reasons}.")
+        # The server's words as sent: its wording is not an interface, so nothing is read out of it.
+        message = response.body.get("errMsg")
+        self.say(render.cell(message) if isinstance(message, str) and message.strip() else "Join deferred.")
         request_id, expires = request.get("requestId"), request.get("expiresAt")
         self.say(f"  request  {request_id}")
         self.say(f"  expires  {expires} ({render.until(expires, response.now())})")

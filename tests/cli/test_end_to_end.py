@@ -77,7 +77,11 @@ def test_a_waiting_agent_is_admitted_when_an_operator_approves_it(cli: Cli, tmp_
     assert approved.code == 0, approved.err
     assert f"Approved {request['requestId']}" in approved.out
     assert code == 0, err + out
-    assert "Join deferred: this join token requires an operator's approval." in out
+    deferred = (
+        "join deferred: this join token requires an operator's approval. "
+        f"An operator must approve {request['requestId']}."
+    )
+    assert deferred in out.splitlines()  # the server's errMsg, verbatim, on a line of its own
     assert f"joinplane requests approve {request['requestId']}" in out
     assert (
         f"{request['requestId']}: pending, request expires in " in out

@@ -389,6 +389,42 @@ def test_a_waiting_agent_keeps_its_pause_between_a_second_and_an_hour(
     assert pauses == [pause]
 
 
+@pytest.mark.parametrize(
+    ("err_msg", "said"),
+    [
+        (
+            "deferred for review (tpm: unknown EK); ask jreq_01x's operator",
+            "deferred for review (tpm: unknown EK); ask jreq_01x's operator",
+        ),
+        ("join deferred:\x1b[2J cleared", "join deferred: [2J cleared"),
+        ("", "Join deferred."),
+        (None, "Join deferred."),
+    ],
+    ids=["any wording", "control characters", "empty", "not a string"],
+)
+def test_a_deferral_says_the_servers_message_as_sent(
+    server: FakeServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    err_msg: str | None,
+    said: str,
+) -> None:
+    # Given a deferral whose errMsg is worded in a way no client knows (or missing)
+    deferral = {
+        "ok": False,
+        "errMsg": err_msg,
+        "joinRequest": {"requestId": "jreq_01x", "expiresAt": EXPIRES_AT},
+    }
+    server.answer(reply(202, deferral))
+
+    # When the agent joins without waiting
+    code, out, err = run(*_join(server, tmp_path / "machine"), capsys=capsys)
+
+    # Then it is pending, and says the message on a line of its own, only control characters blanked
+    assert code == Exit.PENDING, err
+    assert said in out.splitlines()
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
 def test_a_poll_interval_that_is_not_a_finite_number_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
