@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.machines import Machine
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import JoinToken
@@ -79,6 +80,34 @@ REQUEST_ITEM: dict[str, Any] = {
     "ttl": 1_767_312_000 + 30 * 86_400,
 }
 
+MACHINE_ITEM: dict[str, Any] = {
+    "pk": "MACHINE#mach_01hzz",
+    "sk": "MACHINE",
+    "gsi1pk": "MACHINES#acme#gpu",
+    "gsi1sk": "mach_01hzz",
+    "machineId": "mach_01hzz",
+    "tenantId": "acme",
+    "siteId": "eu-1",
+    "poolId": "gpu",
+    "identity": "spki-00",
+    "tokenId": "jtok_01hzz",
+    "requestId": "jreq_01hzz",
+    "state": "revoked",
+    "machineTokenSha256": "ab" * 32,
+    "tokenGeneration": 2,
+    "schedulable": False,
+    "facts": REQUEST_ITEM["machine"],
+    "workerImageBaseline": "w:1",
+    "claims": [["serial", "PF2ABCDE"]],
+    "certificateSerial": "0a1b",
+    "certificateExpiresAt": "2026-01-02T00:00:00Z",
+    "joinedAt": "2026-01-01T00:00:00Z",
+    "rejoinedAt": "2026-01-01T01:00:00Z",
+    "revokedAt": "2026-01-01T02:00:00Z",
+    "revokedBy": "key_01hzz",
+    "revokeReason": "cloned",
+}
+
 # A pool whose operator set some bootstrap defaults (only those are stored) and cluster settings.
 POOL_ITEM: dict[str, Any] = {
     "pk": "TENANT#acme",
@@ -127,8 +156,14 @@ def stored(item: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("record", "item"),
-    [(JoinToken, TOKEN_ITEM), (JoinRequest, REQUEST_ITEM), (ApiKey, API_KEY_ITEM), (Pool, POOL_ITEM)],
-    ids=["join token", "join request", "api key", "pool"],
+    [
+        (JoinToken, TOKEN_ITEM),
+        (JoinRequest, REQUEST_ITEM),
+        (ApiKey, API_KEY_ITEM),
+        (Pool, POOL_ITEM),
+        (Machine, MACHINE_ITEM),
+    ],
+    ids=["join token", "join request", "api key", "pool", "machine"],
 )
 def test_a_stored_item_reads_and_writes_back_unchanged(record: Any, item: dict[str, Any]) -> None:
     assert stored(record.from_item(item).to_item()) == item
@@ -180,3 +215,10 @@ def test_a_closed_request_leaves_the_open_requests_index() -> None:
     item = request.to_item()
     assert "gsi2pk" not in item and "gsi2sk" not in item
     assert item["gsi1pk"] == "JREQS#acme#SITE#eu-1#rejected"
+
+
+def test_a_stored_item_without_a_required_attribute_is_refused() -> None:
+    # A record's attribute table (dal.items) still names what an item cannot lack
+    lacking = {k: v for k, v in MACHINE_ITEM.items() if k != "machineTokenSha256"}
+    with pytest.raises(KeyError, match="machineTokenSha256"):
+        Machine.from_item(lacking)

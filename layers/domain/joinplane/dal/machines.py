@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
 
 # The attribute of the identity record that holds the newest accepted proof's `t` (ms).
@@ -167,6 +167,42 @@ class MachineFacts:
         }
 
 
+# Each Machine field's stored attribute (dal.items); dal.stream's MachineImage reads the same.
+ATTRIBUTES = {
+    "machine_id": "machineId",
+    "tenant_id": "tenantId",
+    "site_id": "siteId",
+    "pool_id": "poolId",
+    "identity": "identity",
+    "token_id": "tokenId",
+    "request_id": "requestId",
+    "state": "state",
+    "machine_token_sha256": "machineTokenSha256",
+    "token_generation": "tokenGeneration",
+    "schedulable": "schedulable",
+    "facts": "facts",
+    "worker_image_baseline": "workerImageBaseline",
+    "claims": "claims",
+    "certificate_serial": "certificateSerial",
+    "certificate_expires_at": "certificateExpiresAt",
+    "joined_at": "joinedAt",
+    "rejoined_at": "rejoinedAt",
+    "revoked_at": "revokedAt",
+    "revoked_by": "revokedBy",
+    "revoke_reason": "revokeReason",
+}
+REQUIRED = (
+    "machine_id",
+    "tenant_id",
+    "site_id",
+    "pool_id",
+    "identity",
+    "state",
+    "machine_token_sha256",
+    "joined_at",
+)
+
+
 @dataclass(frozen=True)
 class Machine:
     machine_id: str
@@ -197,28 +233,16 @@ class Machine:
 
     @classmethod
     def from_item(cls, item: Item) -> Machine:
+        stored = items.read(item, ATTRIBUTES, REQUIRED)
+        generation, schedulable = stored["token_generation"], stored["schedulable"]
         return cls(
-            machine_id=item["machineId"],
-            tenant_id=item["tenantId"],
-            site_id=item["siteId"],
-            pool_id=item["poolId"],
-            identity=item["identity"],
-            token_id=item.get("tokenId"),
-            state=item["state"],
-            machine_token_sha256=item["machineTokenSha256"],
-            token_generation=int(item.get("tokenGeneration", 1)),
-            schedulable=bool(item.get("schedulable", True)),
-            facts=MachineFacts.from_item(item.get("facts") or {}),
-            joined_at=item["joinedAt"],
-            request_id=item.get("requestId"),
-            worker_image_baseline=item.get("workerImageBaseline"),
-            claims=tuple((str(k), str(v)) for k, v in item.get("claims") or []),
-            certificate_serial=item.get("certificateSerial"),
-            certificate_expires_at=item.get("certificateExpiresAt"),
-            rejoined_at=item.get("rejoinedAt"),
-            revoked_at=item.get("revokedAt"),
-            revoked_by=item.get("revokedBy"),
-            revoke_reason=item.get("revokeReason"),
+            **stored
+            | {
+                "token_generation": int(generation) if generation is not None else 1,
+                "schedulable": bool(schedulable) if schedulable is not None else True,
+                "facts": MachineFacts.from_item(stored["facts"] or {}),
+                "claims": tuple((str(k), str(v)) for k, v in stored["claims"] or []),
+            }
         )
 
     def to_item(self) -> Item:
@@ -228,27 +252,10 @@ class Machine:
             "sk": sk,
             "gsi1pk": pool_partition(self.tenant_id, self.pool_id),
             "gsi1sk": self.machine_id,
-            "machineId": self.machine_id,
-            "tenantId": self.tenant_id,
-            "siteId": self.site_id,
-            "poolId": self.pool_id,
-            "identity": self.identity,
-            "tokenId": self.token_id,
-            "requestId": self.request_id,
-            "state": self.state,
-            "machineTokenSha256": self.machine_token_sha256,
-            "tokenGeneration": self.token_generation,
-            "schedulable": self.schedulable,
-            "facts": self.facts.to_item(),
-            "workerImageBaseline": self.worker_image_baseline,
-            "claims": [list(c) for c in self.claims],
-            "certificateSerial": self.certificate_serial,
-            "certificateExpiresAt": self.certificate_expires_at,
-            "joinedAt": self.joined_at,
-            "rejoinedAt": self.rejoined_at,
-            "revokedAt": self.revoked_at,
-            "revokedBy": self.revoked_by,
-            "revokeReason": self.revoke_reason,
+            **items.write(
+                ATTRIBUTES,
+                vars(self) | {"facts": self.facts.to_item(), "claims": [list(c) for c in self.claims]},
+            ),
         }
 
 

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
 from joinplane.dal.machines import MachineFacts
 
@@ -42,6 +42,41 @@ class VoteReason:
 
     def to_item(self) -> Item:
         return {"attestor": self.attestor, "code": self.code, "message": self.message}
+
+
+# Each JoinRequest field's stored attribute (dal.items); dal.stream's RequestImage reads the same.
+ATTRIBUTES = {
+    "request_id": "requestId",
+    "tenant_id": "tenantId",
+    "site_id": "siteId",
+    "pool_id": "poolId",
+    "token_id": "tokenId",
+    "identity": "identity",
+    "state": "state",
+    "reasons": "reasons",
+    "machine": "machine",
+    "csr_public_key_sha256": "csrPublicKeySha256",
+    "created_at": "createdAt",
+    "expires_at": "expiresAt",
+    "expires_at_epoch": "expiresAtEpoch",
+    "decided_at": "decidedAt",
+    "decided_by": "decidedBy",
+    "reason": "reason",
+    "consumed_at": "consumedAt",
+    "machine_id": "machineId",
+    "expired_at": "expiredAt",
+}
+REQUIRED = (
+    "request_id",
+    "tenant_id",
+    "site_id",
+    "token_id",
+    "identity",
+    "state",
+    "created_at",
+    "expires_at",
+    "expires_at_epoch",
+)
 
 
 @dataclass(frozen=True)
@@ -79,26 +114,14 @@ class JoinRequest:
 
     @classmethod
     def from_item(cls, item: Item) -> JoinRequest:
+        stored = items.read(item, ATTRIBUTES, REQUIRED)
         return cls(
-            request_id=item["requestId"],
-            tenant_id=item["tenantId"],
-            site_id=item["siteId"],
-            pool_id=item.get("poolId"),
-            token_id=item["tokenId"],
-            identity=item["identity"],
-            state=item["state"],
-            reasons=tuple(VoteReason.from_item(reason) for reason in item.get("reasons") or []),
-            machine=MachineFacts.from_item(item.get("machine") or {}),
-            csr_public_key_sha256=item.get("csrPublicKeySha256"),
-            created_at=item["createdAt"],
-            expires_at=item["expiresAt"],
-            expires_at_epoch=int(item["expiresAtEpoch"]),
-            decided_at=item.get("decidedAt"),
-            decided_by=item.get("decidedBy"),
-            reason=item.get("reason"),
-            consumed_at=item.get("consumedAt"),
-            machine_id=item.get("machineId"),
-            expired_at=item.get("expiredAt"),
+            **stored
+            | {
+                "reasons": tuple(VoteReason.from_item(reason) for reason in stored["reasons"] or []),
+                "machine": MachineFacts.from_item(stored["machine"] or {}),
+                "expires_at_epoch": int(stored["expires_at_epoch"]),
+            }
         )
 
     def to_item(self) -> Item:
@@ -108,25 +131,14 @@ class JoinRequest:
             "sk": sk,
             "gsi1pk": list_partition(self.tenant_id, self.site_id, self.pool_id, self.state),
             "gsi1sk": self.request_id,
-            "requestId": self.request_id,
-            "tenantId": self.tenant_id,
-            "siteId": self.site_id,
-            "poolId": self.pool_id,
-            "tokenId": self.token_id,
-            "identity": self.identity,
-            "state": self.state,
-            "reasons": [reason.to_item() for reason in self.reasons],
-            "machine": self.machine.to_item(),
-            "csrPublicKeySha256": self.csr_public_key_sha256,
-            "createdAt": self.created_at,
-            "expiresAt": self.expires_at,
-            "expiresAtEpoch": self.expires_at_epoch,
-            "decidedAt": self.decided_at,
-            "decidedBy": self.decided_by,
-            "reason": self.reason,
-            "consumedAt": self.consumed_at,
-            "machineId": self.machine_id,
-            "expiredAt": self.expired_at,
+            **items.write(
+                ATTRIBUTES,
+                vars(self)
+                | {
+                    "reasons": [reason.to_item() for reason in self.reasons],
+                    "machine": self.machine.to_item(),
+                },
+            ),
             "ttl": self.ttl,
         }
         if self.state in OPEN_STATES:

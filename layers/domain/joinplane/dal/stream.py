@@ -2,18 +2,24 @@
 machines and cluster nodes (old and new image, NEW_AND_OLD_IMAGES).
 
 The images are read tolerantly: the publisher's contract (shared/samples' stream records) holds
-images with only the attributes it reads, so every attribute but an item's id may be absent.
+images with only the attributes it reads, so every attribute but an item's id may be absent. They
+read through their records' attribute tables (dal.items), so a stored name is written only there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, items, machines, requests
 from joinplane.dal.clusters import ClusterNode
 from joinplane.dal.dynamo import Item
+
+
+def _image_fields(image: type[Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The fields an image keeps of its record's, read through the record's attribute table."""
+    return {f.name: stored[f.name] for f in fields(image)}
 
 
 @dataclass(frozen=True)
@@ -35,22 +41,9 @@ class RequestImage:
 
     @classmethod
     def from_item(cls, item: Item) -> RequestImage:
-        return cls(
-            request_id=item["requestId"],
-            tenant_id=item.get("tenantId"),
-            site_id=item.get("siteId"),
-            pool_id=item.get("poolId"),
-            state=item.get("state"),
-            reasons=item.get("reasons", []),
-            created_at=item.get("createdAt"),
-            expires_at=item.get("expiresAt"),
-            decided_at=item.get("decidedAt"),
-            decided_by=item.get("decidedBy"),
-            reason=item.get("reason"),
-            consumed_at=item.get("consumedAt"),
-            machine_id=item.get("machineId"),
-            expired_at=item.get("expiredAt"),
-        )
+        stored = items.read(item, requests.ATTRIBUTES, ("request_id",))
+        # As stored: the votes are published as the table holds them.
+        return cls(**_image_fields(cls, stored) | {"reasons": stored["reasons"] or []})
 
 
 @dataclass(frozen=True)
@@ -71,21 +64,7 @@ class MachineImage:
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:
-        return cls(
-            machine_id=item["machineId"],
-            tenant_id=item.get("tenantId"),
-            site_id=item.get("siteId"),
-            pool_id=item.get("poolId"),
-            state=item.get("state"),
-            token_generation=item.get("tokenGeneration"),
-            token_id=item.get("tokenId"),
-            request_id=item.get("requestId"),
-            joined_at=item.get("joinedAt"),
-            rejoined_at=item.get("rejoinedAt"),
-            revoked_at=item.get("revokedAt"),
-            revoked_by=item.get("revokedBy"),
-            revoke_reason=item.get("revokeReason"),
-        )
+        return cls(**_image_fields(cls, items.read(item, machines.ATTRIBUTES, ("machine_id",))))
 
 
 Image = RequestImage | MachineImage | ClusterNode
