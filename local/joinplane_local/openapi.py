@@ -16,7 +16,7 @@ What a pydantic model cannot say in JSON Schema (a validator's rule: "exactly on
 siteId", "not a placeholder serial", a grant's grammar) is added here from the same constants the
 validators use, so the document promises exactly what the server accepts. The contract test
 (tests/contract/test_openapi_schemathesis.py) runs schemathesis with every check against the local
-runtime; tests/integration/test_openapi.py keeps the committed file current.
+runtime; tests/contract/test_openapi.py keeps the committed file current.
 
 Run `python -m joinplane_local.openapi > shared/openapi.json` after changing a route, a model or a
 view.

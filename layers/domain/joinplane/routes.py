@@ -1,5 +1,5 @@
 """Every HTTP route, once: the table the handlers bind to, template.yaml's HttpApi events are
-checked against (tests/integration/test_route_table.py), the OpenAPI document is generated from
+checked against (tests/api/test_route_table.py), the OpenAPI document is generated from
 (joinplane_local.openapi) and the tests find a route's function by.
 
 Plain data, stdlib only: every HTTP function imports it at cold start (through `joinplane.http`).

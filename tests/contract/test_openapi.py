@@ -4,7 +4,7 @@ from tests.support import ROOT
 
 
 def test_every_route_of_the_table_is_documented_as_the_table_says() -> None:
-    # (template.yaml is checked against the same table: tests/integration/test_route_table.py)
+    # (template.yaml is checked against the same table: tests/api/test_route_table.py)
     paths = openapi.document()["paths"]
     documented = {
         (method.upper(), path, operation["operationId"], str(operation["security"]))
