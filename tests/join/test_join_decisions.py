@@ -26,6 +26,7 @@ from joinplane.join_decide import (
     StillPending,
     Verdict,
 )
+from joinplane.join_wire import PreflightCheck
 
 NOW = 1_800_000_000.0
 KEY = "a" * 64
@@ -162,15 +163,27 @@ def dry(
     the_token: JoinToken | None = None,
     the_machine: Machine | None = None,
     the_request: JoinRequest | None = None,
+    votes: tuple[Vote, ...] = (),
+    voted_first: bool = False,
 ) -> Callable[[], object]:
-    return lambda: join_decide.dry_run_history(
-        the_token or token(),
-        presented,
-        the_record or record(),
-        machine=the_machine,
-        request=the_request,
-        now=NOW,
-    )
+    """A dry run of a known key: the join's own `history` decision, said as a verdict."""
+
+    def decide() -> object:
+        known = join_decide.history(
+            the_token or token(),
+            presented,
+            the_record or record(),
+            machine=the_machine,
+            request=the_request,
+            now=NOW,
+        )
+        return join_decide.dry_run_known(list(votes), known, voted_first=voted_first)
+
+    return decide
+
+
+def check(severity: str, ok: bool = False, message: str = "") -> PreflightCheck:
+    return PreflightCheck(name="disk", ok=ok, severity=severity, message=message)
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,35 @@ ROWS = [
         lambda: join_decide.spent_token(token(**SPENT), record(token_id="jtok_2")),
         Refused(Unauthenticated, errors.JOIN_TOKEN_INVALID),
     ),
+    Row(
+        "a token spent while a fresh key joined refuses that key",
+        lambda: join_decide.token_lost(token()),
+        Refused(Unauthenticated, errors.JOIN_TOKEN_INVALID),
+    ),
+    # --- 4. preflight ---
+    Row("no preflight checks: nothing to refuse", lambda: join_decide.preflight([]), None),
+    Row("passed checks refuse nothing", lambda: join_decide.preflight([check("fatal", ok=True)]), None),
+    Row(
+        "a failed error check does not refuse (it makes the machine unschedulable)",
+        lambda: join_decide.preflight([check("error")]),
+        None,
+    ),
+    Row(
+        "a failed fatal check refuses the join",
+        lambda: join_decide.preflight([check("Fatal", message="disk full")]),
+        Refused(FailedPrecondition, errors.PREFLIGHT_FAILED),
+    ),
+    Row(
+        "a failed error check admits the machine unschedulable",
+        lambda: join_decide.schedulable(True, [check("Error"), check("fatal", ok=True)]),
+        False,
+    ),
+    Row(
+        "passed checks keep it schedulable",
+        lambda: join_decide.schedulable(True, [check("error", ok=True)]),
+        True,
+    ),
+    Row("a machine that asks not to be scheduled is not", lambda: join_decide.schedulable(False, []), False),
     # --- pools ---
     Row("an active pool takes joins", lambda: join_decide.pool_usable(pool()), None),
     Row(
@@ -336,6 +378,12 @@ ROWS = [
         history(PROVEN, pending_record(), the_request=request("consumed")),
         Refused(Aborted, errors.CONCURRENT_CHANGE),
     ),
+    Row("a pending retry's proof that moved the mark", lambda: join_decide.pending_proof(True), None),
+    Row(
+        "a pending retry's proof the mark refuses is a replay",
+        lambda: join_decide.pending_proof(False),
+        Refused(Unauthenticated, errors.PROOF_REPLAYED),
+    ),
     # --- re-join attestors ---
     Row("a re-join ignores defers", lambda: join_decide.rejoin_votes([DEFER_VOTE]), None),
     Row(
@@ -449,14 +497,49 @@ ROWS = [
         Verdict("deny", join_decide.PROOF_REQUIRED),
     ),
     Row(
-        "dry run, rejected request: deny",
-        dry(PROVEN, pending_record(), the_request=request("rejected")),
-        Verdict("deny", "join request jreq_1 is rejected"),
+        "dry run, rejected request: deny, in the join's words",
+        dry(PROVEN, pending_record(), the_request=request("rejected", reason="not ours")),
+        Verdict("deny", "join request jreq_1 was rejected: not ours"),
     ),
     Row(
         "dry run, request gone: deny as expired",
         dry(PROVEN, pending_record(), the_request=None),
-        Verdict("deny", "join request jreq_1 is expired"),
+        Verdict("deny", "the join request of this key no longer exists; join again with a new key"),
+    ),
+    Row(
+        "dry run, request consumed by a concurrent retry: retry, as the join says",
+        dry(PROVEN, pending_record(), the_request=request("consumed")),
+        Refused(Aborted, errors.CONCURRENT_CHANGE),
+    ),
+    Row(
+        "dry run, identity pointing at no machine: the join's internal error, not a verdict",
+        dry(the_machine=None),
+        Refused(Internal, errors.INTERNAL),
+    ),
+    Row(
+        "dry run, re-join an attestor denies: deny",
+        dry(the_machine=machine(), votes=(DENY_VOTE,)),
+        Verdict("deny", "join denied: " + DENY_VOTE.message),
+    ),
+    Row(
+        "dry run, re-join ignores defers",
+        dry(the_machine=machine(), votes=(DEFER_VOTE,)),
+        Verdict("admit", "re-join of this machine"),
+    ),
+    Row(
+        "dry run, a token with a use left: a deny stops the join before its history",
+        dry(UNPROVEN, pending_record(), the_request=request("pending"), votes=(DENY_VOTE,), voted_first=True),
+        Verdict("deny", "join denied: " + DENY_VOTE.message),
+    ),
+    Row(
+        "dry run, a token with a use left: a deny comes before another pool's refusal",
+        dry(the_token=token(pool_id="cpu"), the_machine=machine(), votes=(DENY_VOTE,), voted_first=True),
+        Verdict("deny", "join denied: " + DENY_VOTE.message),
+    ),
+    Row(
+        "dry run, a spent token: a pending request's retry takes no vote",
+        dry(UNPROVEN, pending_record(), the_request=request("pending"), votes=(DENY_VOTE,)),
+        Verdict("defer", "join request jreq_1 is pending"),
     ),
 ]
 

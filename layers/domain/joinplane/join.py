@@ -48,7 +48,6 @@ from joinplane.dal.requests import JoinRequest, VoteReason
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, Unauthenticated, Unavailable
 from joinplane.join_decide import (
-    REFUSED,
     Admit,
     ConsumeApproval,
     Defer,
@@ -170,7 +169,7 @@ def _new_machine(
         state="active",
         machine_token_sha256=credentials.digest(secret),
         token_generation=1,
-        schedulable=join_facts.schedulable(attempt.request),
+        schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
         facts=machines.facts_of(attempt.request),
         worker_image_baseline=baseline,
         claims=tuple(claims),
@@ -221,7 +220,7 @@ def _fresh(attempt: Attempt) -> Response | Identity:
             case joins_db.IdentityTaken(current):
                 return current
             case joins_db.TokenSpent():
-                raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
+                raise join_decide.token_lost(token)
             case joins_db.PoolChanged():
                 assert token.pool_id is not None
                 pool = _pool(attempt.tenant, token.pool_id, fresh=True)
@@ -267,17 +266,24 @@ def _commit_fresh(
 # --- a key with a history ------------------------------------------------------------------------
 
 
-def _known(attempt: Attempt, record: Identity) -> Response:
-    _refuse(join_decide.screen(attempt.token, record))
+def _history(attempt: Attempt, record: Identity) -> join_decide.History:
+    """What the key's history decides: its machine or its request is read only once `screen` lets
+    this token see it. The join and its dry run both ask here."""
+    refused = join_decide.screen(attempt.token, record)
+    if refused:
+        return refused
     machine = request = None
     if record.machine_id:
         machine = machines_db.get(record.machine_id)
-    else:
-        assert record.request_id is not None
+    elif record.request_id:
         request = requests_db.get(record.request_id)
-    decided = join_decide.history(
+    return join_decide.history(
         attempt.token, attempt.presented, record, machine=machine, request=request, now=clock.epoch()
     )
+
+
+def _known(attempt: Attempt, record: Identity) -> Response:
+    decided = _history(attempt, record)
     match decided:
         case Refuse(error):
             raise error
@@ -290,8 +296,8 @@ def _known(attempt: Attempt, record: Identity) -> Response:
             # mark: the same signed request, replayed after the approval, would otherwise consume it.
             if accept_proof:
                 assert attempt.proof_ms is not None
-                if not joins_db.accept_proof(attempt.tenant, attempt.identity, attempt.proof_ms):
-                    raise Unauthenticated(join_decide.PROOF_REPLAYED, reason=errors.PROOF_REPLAYED)
+                accepted = joins_db.accept_proof(attempt.tenant, attempt.identity, attempt.proof_ms)
+                _refuse(join_decide.pending_proof(accepted))
             return _deferred(pending)
     raise AssertionError(f"undecided: {decided}")
 
@@ -356,7 +362,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             certificate_serial=cert.serial or None,
             certificate_expires_at=cert.expires_at or None,
             facts=machines.facts_of(attempt.request),
-            schedulable=join_facts.schedulable(attempt.request),
+            schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
             worker_image_baseline=baseline,
             claims=tuple(claims),
         )
@@ -390,31 +396,33 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
 
 
 def _dry_run(attempt: Attempt) -> Response:
-    """Everything evaluated, nothing changed: the verdict and its reasons."""
+    """Everything evaluated, nothing changed: the verdict and its reasons. Each step is the join's
+    own, in its order, so a dry run never says more than the join would."""
     token, now = attempt.token, clock.epoch()
     record = machines_db.get_identity(attempt.tenant, attempt.identity)
-    if not token.usable_at(now):
-        _refuse(join_decide.spent_token(token, record))
-    votes = []
-    if record is None:
+    voted_first = token.usable_at(now)
+    votes: list[Vote] = []
+    if voted_first:
         if token.pool_id:
             _pool(attempt.tenant, token.pool_id)
         votes = join_facts.votes(attempt, join_facts.attestor_facts(attempt, token.site_id))
+    else:
+        _refuse(join_decide.spent_token(token, record))
+    if record is None:
         decided: Verdict | Refuse = join_decide.dry_run_fresh(votes)
     else:
-        # The checks a real join makes before it looks at the history, so a dry run never says
-        # more than the join would: another pool's token is refused, not answered.
-        _refuse(join_decide.place(token, record.site_id, record.pool_id))
-        machine = request = None
-        if record.retired:
-            pass  # denied from the record alone
-        elif record.machine_id:
-            machine = machines_db.get(record.machine_id)
-        elif record.request_id:
-            request = requests_db.get(record.request_id)
-        decided = join_decide.dry_run_history(
-            token, attempt.presented, record, machine=machine, request=request, now=now
-        )
+        known = _history(attempt, record)
+        if isinstance(known, Rejoin) and not voted_first:
+            votes = join_facts.votes(attempt, join_facts.attestor_facts(attempt, known.machine.site_id))
+        decided = join_decide.dry_run_known(votes, known, voted_first=voted_first)
+        if isinstance(decided, Verdict) and decided.verdict == "admit":
+            # An admitted history is committed into its pool, which must still take joins.
+            match known:
+                case Rejoin(machine):
+                    _pool(attempt.tenant, machine.pool_id)
+                case ConsumeApproval(request):
+                    assert request.pool_id is not None
+                    _pool(attempt.tenant, request.pool_id)
     if isinstance(decided, Refuse):
         raise decided.error
     admitted = decided.verdict == "admit"
@@ -442,7 +450,7 @@ def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Res
         join_facts.verified_proof(proof_header, "join", secret, body, csr),
     )
     join_facts.hardware_claims(request)  # refuses malformed hardware ids before anything is decided
-    join_facts.check_preflight(request)
+    _refuse(join_decide.preflight(request.preflight))
     if request.dryRun:
         return _dry_run(attempt)
     if token.usable_at(clock.epoch()):

@@ -8,7 +8,9 @@ carrying the error to answer with, so every rule is one row of tests/join/test_j
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
@@ -46,6 +48,19 @@ PROOF_REPLAYED = "this Joinplane-Proof is not newer than one already accepted fo
 
 
 # --- facts -------------------------------------------------------------------------------------
+
+
+class PreflightCheck(Protocol):
+    """One preflight check the machine ran on itself, as it reported it (join_wire reads them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def message(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -114,11 +129,23 @@ class Verdict:
 History = Rejoin | StillPending | ConsumeApproval | Refuse
 
 
-def _fails(outcome: object) -> JoinplaneError | None:
-    return outcome.error if isinstance(outcome, Refuse) else None
-
-
 # --- rules -------------------------------------------------------------------------------------
+
+
+def preflight(checks: Iterable[PreflightCheck]) -> Refuse | None:
+    """A failed `fatal` check refuses the join before anything is decided (an `error` check only
+    makes the machine unschedulable), naming every fatal check that failed."""
+    fatal = [c for c in checks if not c.ok and c.severity.lower() == "fatal"]
+    if not fatal:
+        return None
+    names = ", ".join(f"{c.name}: {c.message}" if c.message else c.name for c in fatal)
+    failed = FailedPrecondition(f"fatal preflight check failed: {names}", reason=errors.PREFLIGHT_FAILED)
+    return Refuse(failed)
+
+
+def schedulable(requested: bool, checks: Iterable[PreflightCheck]) -> bool:
+    """An admitted machine takes work when it asks to and no `error` preflight check failed."""
+    return requested and not any(not c.ok and c.severity.lower() == "error" for c in checks)
 
 
 def pool_usable(pool: Pool | None) -> Refuse | None:
@@ -253,7 +280,24 @@ def rejoin_votes(votes: list[Vote]) -> Refuse | None:
     return None
 
 
+def pending_proof(accepted: bool) -> Refuse | None:
+    """A pending retry's proof must move the identity's mark (`StillPending.accept_proof`); one the
+    mark refuses is not newer than a proof already accepted for the key: a replay."""
+    if accepted:
+        return None
+    return Refuse(Unauthenticated(PROOF_REPLAYED, reason=errors.PROOF_REPLAYED))
+
+
 # --- after a lost condition --------------------------------------------------------------------
+
+
+def token_lost(token: JoinToken) -> JoinplaneError:
+    """A fresh join's transaction found its token used up, expired or revoked since it was read.
+    The key had no record (the transaction hands a record back before it looks at the token), so
+    this is a spent token and a key it never saw: refused as `spent_token` refuses it."""
+    refused = spent_token(token, None)
+    assert refused is not None
+    return refused.error
 
 
 def identity_moved(presented: Presented, version_read: int, current: Identity | None) -> JoinplaneError:
@@ -335,50 +379,24 @@ def dry_run_fresh(votes: list[Vote]) -> Verdict:
     return Verdict(attestors.verdict(votes), "; ".join(v.message for v in votes))
 
 
-def dry_run_history(
-    token: JoinToken,
-    presented: Presented,
-    record: Identity,
-    *,
-    machine: Machine | None,
-    request: JoinRequest | None,
-    now: float,
-) -> Verdict | Refuse:
-    """A known key (through a token that serves it, see `spent_token`): what its retry or re-join
-    would get. Never says more than the join would: another pool's token is refused as the join
-    refuses it; what the history itself refuses (revoked, retired, rejected, expired, proof
-    missing) is a `deny` verdict."""
-    refused = place(token, record.site_id, record.pool_id)
-    if refused:
-        return refused
-    if record.retired:
-        return Verdict("deny", RETIRED)
-    if record.machine_id:
-        return _dry_run_rejoin(token, presented, machine)
-    return _dry_run_request(token, presented, record, request, now)
+def dry_run_known(votes: list[Vote], known: History, *, voted_first: bool) -> Verdict | Refuse:
+    """A known key: the outcome its join would reach, from the same decisions (`known` is what
+    `history` decided), said as a verdict. `voted_first`: the token could take a use, so the join
+    voted on the key as a fresh one, and a deny stopped it, before it found the key's history.
 
-
-def _dry_run_rejoin(token: JoinToken, presented: Presented, machine: Machine | None) -> Verdict | Refuse:
-    if machine is None or not machine.active:
-        return Verdict("deny", REVOKED)
-    refused = place(token, machine.site_id, machine.pool_id)
-    if refused:
-        return refused
-    missing = _fails(proof_required(presented))
-    return Verdict("deny", missing.message) if missing else Verdict("admit", "re-join of this machine")
-
-
-def _dry_run_request(
-    token: JoinToken, presented: Presented, record: Identity, request: JoinRequest | None, now: float
-) -> Verdict | Refuse:
-    if request is not None:
-        refused = place(token, request.site_id, request.pool_id)
-        if refused:
-            return refused
-    state = request.state_at(now) if request else "expired"
-    if state == "approved":
-        missing = _fails(proof_required(presented))
-        if missing:
-            return Verdict("deny", missing.message)
-    verdict = {"pending": "defer", "approved": "admit"}.get(state, "deny")
-    return Verdict(verdict, f"join request {record.request_id} is {state}")
+    Never says more than the join would: what the join refuses the call for (another pool's token,
+    a retry to make) is refused the same way; what it refuses this key for (PERMISSION_DENIED,
+    UNAUTHENTICATED: denied, revoked, retired, rejected, expired, no proof) is a `deny`."""
+    outcome: History = known
+    if voted_first or isinstance(known, Rejoin):
+        outcome = rejoin_votes(votes) or known
+    match outcome:
+        case Rejoin():
+            return Verdict("admit", "re-join of this machine")
+        case StillPending(request):
+            return Verdict("defer", f"join request {request.request_id} is pending")
+        case ConsumeApproval(request):
+            return Verdict("admit", f"join request {request.request_id} is approved")
+        case Refuse(error) if isinstance(error, PermissionDenied | Unauthenticated):
+            return Verdict("deny", error.message)
+    return outcome

@@ -1,7 +1,7 @@
 """What a join presents, read into facts before anything is decided (docs/join.md, steps 1 to 4): the
-token, the join identity, the proof of possession, the EK, the hardware ids it will claim, the
-preflight checks, and the lookups the attestors vote on. Every refusal here is made before any
-write, so it leaves no trace."""
+token, the join identity, the proof of possession, the EK, the hardware ids it will claim, and the
+lookups the attestors vote on (what its preflight checks mean is join_decide's). Every refusal here
+is made before any write, so it leaves no trace."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from joinplane import attestors, credentials, errors, proof, tokens
 from joinplane.dal import tokens as tokens_db
 from joinplane.dal.machines import Claim
 from joinplane.dal.tokens import JoinToken
-from joinplane.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
 from joinplane.join_wire import JoinMachineRequest
 
@@ -81,18 +81,6 @@ def verified_proof(header: str, purpose: str, credential: str, body: bytes, csr:
         csr_key=csr.public_key,
         identity=csr.public_key_sha256,
     ).timestamp_ms
-
-
-def check_preflight(request: JoinMachineRequest) -> None:
-    fatal = [c for c in request.preflight if not c.ok and c.severity.lower() == "fatal"]
-    if fatal:
-        names = ", ".join(f"{c.name}: {c.message}" if c.message else c.name for c in fatal)
-        raise FailedPrecondition(f"fatal preflight check failed: {names}", reason=errors.PREFLIGHT_FAILED)
-
-
-def schedulable(request: JoinMachineRequest) -> bool:
-    failed = [c for c in request.preflight if not c.ok and c.severity.lower() == "error"]
-    return request.schedulable and not failed
 
 
 def ek_sha256(request: JoinMachineRequest) -> str:
