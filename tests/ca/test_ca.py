@@ -500,8 +500,9 @@ def test_a_certificate_never_outlives_its_ca(csrs: Csrs) -> None:
     assert issued.expires_at == ca_cert.not_valid_after_utc
     # And once the CA is about to expire, issuing is refused rather than handing out a dead certificate
     clock.advance(timedelta(days=10).total_seconds() - 60)
-    with pytest.raises(FailedPrecondition, match="expires at"):
+    with pytest.raises(FailedPrecondition, match="expires at") as refused:
         issue(csrs["p256"].pem)
+    assert refused.value.reason == "POOL_CA_EXPIRED"
 
 
 @pytest.mark.usefixtures("secretsmanager")

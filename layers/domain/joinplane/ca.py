@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
 
 from joinplane import aws, clock, container, der, spiffe
-from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
+from joinplane.errors import POOL_CA_EXPIRED, FailedPrecondition, Internal, InvalidArgument, Unavailable
 from joinplane.settings import settings
 
 MAX_CSR_CHARS = 16 * 1024
@@ -212,7 +212,9 @@ def issue_machine_certificate(
     # A certificate outliving its CA would fail verification anyway; say so instead of lying.
     not_after = min(now + lifetime, pool_ca.certificate.not_valid_after_utc)
     if not_after - now < timedelta(seconds=MIN_LIFETIME_SECONDS):
-        raise FailedPrecondition(f"the CA of pool {pool_id} expires at {clock.rfc3339(not_after)}")
+        raise FailedPrecondition(
+            f"the CA of pool {pool_id} expires at {clock.rfc3339(not_after)}", reason=POOL_CA_EXPIRED
+        )
 
     key_usage_encipherment = isinstance(csr.public_key, rsa.RSAPublicKey)
     serial = _serial_number()
