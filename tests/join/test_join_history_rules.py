@@ -253,3 +253,17 @@ def test_a_body_token_and_a_bearer_token_that_differ_are_refused(make_token, mac
     # And the same token in both places is fine
     same = join({"joinToken": first["token"], "csr": machine_factory().csr}, bearer=first["token"])
     assert same.status == 200
+
+
+def test_a_dry_run_of_a_known_machine_follows_the_join_into_its_pool(make_token, admin_key) -> None:
+    # Given a machine admitted through a token it used up, and its pool archived since
+    used = make_token(maxUses=1)
+    body = {"joinToken": used["token"], "machineFingerprint": "fp-z"}
+    assert join(body).status == 200
+    call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
+    # When it re-joins, and then asks for a dry run of that re-join (after the join: a dry run has no
+    # transaction to catch the container's cached pool being stale, the join reads it again)
+    real = join(body)
+    dry = join({**body, "dryRun": True})
+    # Then the dry run is refused as the re-join is, not admitted
+    assert (dry.status, dry.reason) == (real.status, real.reason) == (400, "POOL_ARCHIVED")
