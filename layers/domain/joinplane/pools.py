@@ -8,7 +8,7 @@ tokens and grants refer to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -128,77 +128,11 @@ def resource_of(pool: Pool) -> Resource:
     return Resource(pool.tenant_id, pool.site_id, pool.pool_id, kind="pool")
 
 
-def _sink_view(sink: StoredSink) -> views.StoredTelemetrySink:
-    view: views.StoredTelemetrySink = {}
-    if sink.destination is not None:
-        view["destination"] = sink.destination
-    if sink.credential is not None:
-        view["credential"] = sink.credential
-    if sink.stream_prefix is not None:
-        view["streamPrefix"] = sink.stream_prefix
-    return view
-
-
-def _bootstrap_view(bootstrap: Bootstrap) -> views.StoredBootstrap:
-    """The defaults as stored: only the fields that were set."""
-    b = bootstrap
-    view: views.StoredBootstrap = {}
-    if b.controlplane_http_url is not None:
-        view["controlplaneHttpUrl"] = b.controlplane_http_url
-    if b.controlplane_grpc_host is not None:
-        view["controlplaneGrpcHost"] = b.controlplane_grpc_host
-    if b.controlplane_grpc_port is not None:
-        view["controlplaneGrpcPort"] = b.controlplane_grpc_port
-    if b.controlplane_grpc_tls is not None:
-        view["controlplaneGrpcTls"] = b.controlplane_grpc_tls
-    if b.transport is not None:
-        view["transport"] = b.transport
-    if b.executor is not None:
-        view["executor"] = b.executor
-    if b.fallback is not None:
-        view["fallback"] = b.fallback
-    if b.disabled_services is not None:
-        view["disabledServices"] = list(b.disabled_services)
-    if b.image_registry_store is not None:
-        view["imageRegistryStore"] = b.image_registry_store
-    if b.image_clip_version is not None:
-        view["imageClipVersion"] = b.image_clip_version
-    if b.image_local_cache_enabled is not None:
-        view["imageLocalCacheEnabled"] = b.image_local_cache_enabled
-    if b.telemetry is not None:
-        telemetry: views.StoredTelemetry = {}
-        if b.telemetry.enabled is not None:
-            telemetry["enabled"] = b.telemetry.enabled
-        if b.telemetry.stream_prefix is not None:
-            telemetry["streamPrefix"] = b.telemetry.stream_prefix
-        if b.telemetry.logs is not None:
-            telemetry["logs"] = _sink_view(b.telemetry.logs)
-        if b.telemetry.events is not None:
-            telemetry["events"] = _sink_view(b.telemetry.events)
-        view["telemetry"] = telemetry
-    if b.billing is not None:
-        billing: views.StoredBilling = {}
-        if b.billing.usage_endpoint is not None:
-            billing["usageEndpoint"] = b.billing.usage_endpoint
-        if b.billing.usage_token is not None:
-            billing["usageToken"] = b.billing.usage_token
-        if b.billing.cost_hook_endpoint is not None:
-            billing["costHookEndpoint"] = b.billing.cost_hook_endpoint
-        if b.billing.cost_hook_token is not None:
-            billing["costHookToken"] = b.billing.cost_hook_token
-        if b.billing.billable_margin_pct is not None:
-            billing["billableMarginPct"] = b.billing.billable_margin_pct
-        view["billing"] = billing
-    if b.worker_image is not None:
-        view["workerImage"] = b.worker_image
-    return view
-
-
-def _cluster_view(cluster: StoredClusterSettings) -> views.StoredClusterSettings:
-    view: views.StoredClusterSettings = {}
-    if cluster.required_node_version is not None:
-        view["requiredNodeVersion"] = cluster.required_node_version
-    return view
+def _stored_view(stored: Bootstrap | StoredClusterSettings) -> Any:
+    """A pool shows its bootstrap defaults and cluster settings exactly as stored: only the fields
+    an operator set, under their stored names, which are the view's (views.StoredBootstrap,
+    views.StoredClusterSettings; the contract test holds the keys against the schema)."""
+    return stored.to_item()
 
 
 def _stored_bootstrap(request: BootstrapDefaults) -> Bootstrap:
@@ -217,10 +151,10 @@ def view(pool: Pool) -> views.Pool:
         "name": pool.name,
         "workspaceId": pool.workspace_id,
         "state": pool.state,
-        "bootstrap": _bootstrap_view(pool.bootstrap),
+        "bootstrap": _stored_view(pool.bootstrap),
         "joinRequestTtlSeconds": pool.join_request_ttl_seconds,
         "certificateTtlSeconds": pool.certificate_ttl_seconds,
-        "cluster": _cluster_view(pool.cluster) if pool.cluster else None,
+        "cluster": _stored_view(pool.cluster) if pool.cluster else None,
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
