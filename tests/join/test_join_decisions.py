@@ -4,7 +4,7 @@ table, no moto, no clock. Each row names the rule, the decision it asks and what
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -51,7 +51,7 @@ def token(**changes: Any) -> JoinToken:
         attestation=AttestationPolicy(),
         created_at="",
     )
-    return replace(base, **changes)
+    return base._replace(**changes)
 
 
 SPENT = {"uses_remaining": 0}
@@ -73,7 +73,7 @@ def pool(**changes: Any) -> Pool:
         created_at="",
         updated_at="",
     )
-    return replace(base, **changes)
+    return base._replace(**changes)
 
 
 def record(**changes: Any) -> Identity:
@@ -86,7 +86,7 @@ def record(**changes: Any) -> Identity:
         pool_id="gpu",
         machine_id="mach_1",
     )
-    return replace(base, **changes)
+    return base._replace(**changes)
 
 
 def pending_record(**changes: Any) -> Identity:
@@ -108,7 +108,7 @@ def machine(**changes: Any) -> Machine:
         facts=MachineFacts(),
         joined_at="",
     )
-    return replace(base, **changes)
+    return base._replace(**changes)
 
 
 def request(state: Any = "pending", **changes: Any) -> JoinRequest:
@@ -127,7 +127,7 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequest:
         expires_at="",
         expires_at_epoch=int(NOW) + 3600,
     )
-    return replace(base, **changes)
+    return base._replace(**changes)
 
 
 PROVEN = Presented(KEY, PROOF_MS)

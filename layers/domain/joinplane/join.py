@@ -246,7 +246,7 @@ def _commit_fresh(
     try:
         if isinstance(decided, Defer):
             request = _new_request(attempt, pool, votes)
-            record = replace(record, request_id=request.request_id)
+            record = record._replace(request_id=request.request_id)
             deferred = joins_db.defer(token, now_epoch=now_epoch, pool=pool, identity=record, request=request)
             return deferred, _deferred(request)
         assert pool is not None  # a site token always defers
@@ -256,7 +256,7 @@ def _commit_fresh(
         image, baseline = _worker_image(pool, None, attempt.request.workerImage)
         claims = join_facts.hardware_claims(attempt.request)
         machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None)
-        record = replace(record, machine_id=machine_id, pool_id=pool.pool_id)
+        record = record._replace(machine_id=machine_id, pool_id=pool.pool_id)
         admitted = joins_db.admit(token, now_epoch=now_epoch, pool=pool, identity=record, machine=machine)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
     except joins_db.NotRecorded:
@@ -356,8 +356,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
     for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         cert = issue_certificate(attempt.csr, pool, machine.machine_id)
         image, baseline = _worker_image(pool, machine.worker_image_baseline, attempt.request.workerImage)
-        renewed = replace(
-            machine,
+        renewed = machine._replace(
             machine_token_sha256=credentials.digest(secret),
             certificate_serial=cert.serial or None,
             certificate_expires_at=cert.expires_at or None,

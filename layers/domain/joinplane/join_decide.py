@@ -9,8 +9,7 @@ carrying the error to answer with, so every rule is one row of tests/join/test_j
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
@@ -63,8 +62,7 @@ class PreflightCheck(Protocol):
     def message(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class Presented:
+class Presented(NamedTuple):
     """The key (join identity) the caller joins as and the proof of possession it verified."""
 
     identity: str
@@ -78,32 +76,27 @@ class Presented:
 # --- outcomes ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Refuse:
+class Refuse(NamedTuple):
     error: JoinplaneError
 
 
-@dataclass(frozen=True)
-class Admit:
+class Admit(NamedTuple):
     """A fresh join is admitted: a new machine."""
 
 
-@dataclass(frozen=True)
-class Defer:
+class Defer(NamedTuple):
     """A fresh join waits for an operator: a new join request holding every vote's reason."""
 
     votes: tuple[Vote, ...]
 
 
-@dataclass(frozen=True)
-class Rejoin:
+class Rejoin(NamedTuple):
     """Same identity, same pool: the same machine gets new credentials."""
 
     machine: Machine
 
 
-@dataclass(frozen=True)
-class StillPending:
+class StillPending(NamedTuple):
     """A retry while the request is pending: the same 202. A proof sent moves the identity's mark
     (`accept_proof`), so the same signed request cannot consume the approval that comes later."""
 
@@ -111,15 +104,13 @@ class StillPending:
     accept_proof: bool
 
 
-@dataclass(frozen=True)
-class ConsumeApproval:
+class ConsumeApproval(NamedTuple):
     """The approved request admits exactly this one join."""
 
     request: JoinRequest
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """A dry run's answer: what a join would do now, and why."""
 
     verdict: str  # admit | defer | deny

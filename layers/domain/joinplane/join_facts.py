@@ -6,8 +6,7 @@ is made before any write, so it leaves no trace."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from joinplane import attestors, credentials, errors, proof, tokens
 from joinplane.dal import tokens as tokens_db
@@ -18,8 +17,7 @@ from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
 from joinplane.join_wire import JoinMachineRequest
 
 
-@dataclass(frozen=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One join call, read: its request, its token, the identity it joins as, its CSR (if any),
     its EK hash and the `t` of the proof of possession it verified (None: no proof sent)."""
 

@@ -7,8 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -18,8 +17,7 @@ SK = "APIKEY"
 ApiKeyState = Literal["active", "revoked"]
 
 
-@dataclass(frozen=True)
-class ApiKey:
+class ApiKey(NamedTuple):
     key_id: str
     tenant_id: str
     grants: tuple[str, ...]  # `PERMISSION@SCOPE`, as `joinplane.grants.Grant` prints them
@@ -124,8 +122,7 @@ def revoke(key_id: str, *, tenant_id: str, now: str, by: str) -> ApiKey:
     return ApiKey.from_item(item)
 
 
-@dataclass(frozen=True)
-class ApiKeyPage:
+class ApiKeyPage(NamedTuple):
     keys: list[ApiKey]
     complete: bool  # no page follows
 

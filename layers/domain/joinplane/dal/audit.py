@@ -7,8 +7,7 @@ extra table or read. The sort key is also the listing's cursor (`cursor`, the on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -30,8 +29,7 @@ _UNRANKED = 9
 _FILTERED_READS = 5
 
 
-@dataclass(frozen=True)
-class AuditEvent:
+class AuditEvent(NamedTuple):
     event_id: str
     detail_type: str
     occurred_at: str
@@ -89,8 +87,7 @@ def record(event: AuditEvent) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class AuditPage:
+class AuditPage(NamedTuple):
     events: list[AuditEvent]
     more: bool  # events may follow the last one
 

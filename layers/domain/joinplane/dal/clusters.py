@@ -27,8 +27,7 @@ contain. tests/clusters/test_cluster_scale.py holds the real writes to those bou
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -38,8 +37,7 @@ from joinplane.errors import Unavailable
 BUCKET_WIDTH = 200
 
 
-@dataclass(frozen=True)
-class ClusterKey:
+class ClusterKey(NamedTuple):
     key_id: str
     tenant_id: str
     pool_id: str
@@ -81,8 +79,7 @@ class ClusterKey:
         }
 
 
-@dataclass(frozen=True)
-class ClusterNode:
+class ClusterNode(NamedTuple):
     tenant_id: str
     site_id: str
     pool_id: str
@@ -138,8 +135,7 @@ _KIND_CODES = {"vm": "v", "jail": "j"}
 _KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 
 
-@dataclass(frozen=True)
-class GuestBucket:
+class GuestBucket(NamedTuple):
     """The claims on guest IDs number*200 to number*200+199. Version n is written only over
     version n-1 (version 1 only where there was none): that is how concurrent joins serialise."""
 
@@ -232,8 +228,7 @@ def buckets(tenant_id: str, pool_id: str, numbers: Iterable[int]) -> dict[int, G
     return {number: GuestBucket.from_item(found[k]) for k, number in keys.items() if k in found}
 
 
-@dataclass(frozen=True)
-class NodePage:
+class NodePage(NamedTuple):
     nodes: list[ClusterNode]
     more: bool  # a page may follow
 
@@ -248,8 +243,7 @@ def list_nodes(tenant_id: str, pool_id: str, *, after: str | None, limit: int) -
     return NodePage([ClusterNode.from_item(item) for item in page.items], page.last_key is not None)
 
 
-@dataclass(frozen=True)
-class BucketPage:
+class BucketPage(NamedTuple):
     buckets: list[GuestBucket]
     last_key: Item | None  # where the next page starts (None: no more guest items)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from joinplane import deadline
 from joinplane.dal import dynamo
@@ -25,8 +26,7 @@ from joinplane.errors import Unavailable
 _CONFLICT_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class DiscoveryEntry:
+class DiscoveryEntry(NamedTuple):
     entry_id: str
     tenant_id: str
     site_id: str
@@ -100,8 +100,7 @@ class DiscoveryEntry:
         }
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(NamedTuple):
     """An index item a looked-up identifier found: the entry holding it."""
 
     entry_id: str
@@ -120,8 +119,7 @@ def index_key(tenant_id: str, site_id: str, kind: str, value: str) -> tuple[str,
     return partition(tenant_id, site_id), f"ID#{kind}#{value}"
 
 
-@dataclass(frozen=True)
-class Taken:
+class Taken(NamedTuple):
     kind: str
     value: str
     holder: str | None  # the entry that holds it now

@@ -17,9 +17,9 @@ Every state transition in Joinplane is a single conditional write or a single tr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from joinplane import aws, deadline
 from joinplane.errors import Unavailable
@@ -36,8 +36,7 @@ class ConditionFailed(Exception):
         self.current = current
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """One condition of a cancelled transaction that did not hold."""
 
     name: str
@@ -228,8 +227,7 @@ def _add_condition(
         kwargs["ExpressionAttributeValues"] = _values(values)
 
 
-@dataclass
-class Page:
+class Page(NamedTuple):
     items: list[Item]
     last_key: Item | None
 
@@ -322,8 +320,11 @@ def batch_get(keys: Iterable[tuple[str, str]], *, consistent: bool = True) -> di
     return found
 
 
-@dataclass(frozen=True)
-class Write:
+# A read-only empty mapping: the shared default of a Write's names and values.
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+class Write(NamedTuple):
     """One action of a transaction. `name` is what a failed condition is reported as (see
     `TransactionCanceled`); `subject` tells apart several actions of one name (a claim's value)."""
 
@@ -333,8 +334,8 @@ class Write:
     item: Item | None = None
     update: str | None = None
     condition: str | None = None
-    names: dict[str, str] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
+    names: Mapping[str, str] = _NOTHING
+    values: Mapping[str, Any] = _NOTHING
     name: str = ""
     subject: Any = None
 
@@ -352,7 +353,7 @@ class Write:
             action["ConditionExpression"] = self.condition
             action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         if self.names:
-            action["ExpressionAttributeNames"] = self.names
+            action["ExpressionAttributeNames"] = dict(self.names)
         if self.values:
             action["ExpressionAttributeValues"] = _values(self.values)
         return {self.kind: action}

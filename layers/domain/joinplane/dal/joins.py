@@ -12,7 +12,7 @@ Every identity-record write that acts on a proof of possession also moves the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal import machines as machines_db
@@ -27,54 +27,45 @@ from joinplane.dal.tokens import JoinToken
 _NEWER_THAN_MARK = f"(attribute_not_exists({PROOF_MARK}) OR {PROOF_MARK} < :proofAt)"
 
 
-@dataclass(frozen=True)
-class Committed:
+class Committed(NamedTuple):
     pass
 
 
-@dataclass(frozen=True)
-class IdentityTaken:
+class IdentityTaken(NamedTuple):
     """A fresh join's key already has a record: the join is a retry or a re-join of `current`."""
 
     current: Identity
 
 
-@dataclass(frozen=True)
-class TokenSpent:
+class TokenSpent(NamedTuple):
     """The token was used up, expired or revoked since it was read."""
 
 
-@dataclass(frozen=True)
-class PoolChanged:
+class PoolChanged(NamedTuple):
     """The pool is no longer the version read (changed, archived or deleted)."""
 
 
-@dataclass(frozen=True)
-class ClaimsHeld:
+class ClaimsHeld(NamedTuple):
     """Hardware ids another machine holds."""
 
     claims: tuple[Claim, ...]
 
 
-@dataclass(frozen=True)
-class IdentityMoved:
+class IdentityMoved(NamedTuple):
     """The identity record's condition failed: `current` as it is now (None: absent)."""
 
     current: Identity | None
 
 
-@dataclass(frozen=True)
-class MachineChanged:
+class MachineChanged(NamedTuple):
     """The machine is no longer active as read (revoked, re-joined or its token replaced)."""
 
 
-@dataclass(frozen=True)
-class RequestChanged:
+class RequestChanged(NamedTuple):
     """The approved request is no longer approved and unexpired."""
 
 
-@dataclass(frozen=True)
-class KeyTaken:
+class KeyTaken(NamedTuple):
     """A renewal's new key already has an identity record."""
 
 
@@ -92,8 +83,7 @@ def _marked(write: dynamo.Write, proof_ms: int | None) -> dynamo.Write:
     """An identity record's Update that also accepts a proof (see the module's docstring)."""
     if proof_ms is None:
         return write
-    return replace(
-        write,
+    return write._replace(
         update=f"{write.update}, {PROOF_MARK} = :proofAt",
         condition=f"({write.condition}) AND {_NEWER_THAN_MARK}",
         values={**write.values, ":proofAt": proof_ms},

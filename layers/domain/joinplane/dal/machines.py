@@ -16,7 +16,7 @@ The transactions that create and change these during joins live in `joinplane.da
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
@@ -43,8 +43,7 @@ def pool_partition(tenant_id: str, pool_id: str) -> str:
     return f"MACHINES#{tenant_id}#{pool_id}"
 
 
-@dataclass(frozen=True)
-class HardwareFacts:
+class HardwareFacts(NamedTuple):
     """The machine's hardware ids as it sent them (None: not sent)."""
 
     serial_number: str | None = None
@@ -65,8 +64,7 @@ class HardwareFacts:
         return {name: value for name, value in item.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class TpmFacts:
+class TpmFacts(NamedTuple):
     ek_public_key_sha256: str = ""  # "": the machine sent no TPM
 
     @classmethod
@@ -77,8 +75,7 @@ class TpmFacts:
         return {"ekPublicKeySha256": self.ek_public_key_sha256} if self.ek_public_key_sha256 else {}
 
 
-@dataclass(frozen=True)
-class PreflightCheck:
+class PreflightCheck(NamedTuple):
     name: str = ""
     ok: bool = False
     message: str = ""
@@ -94,8 +91,7 @@ class PreflightCheck:
         return {"name": self.name, "ok": self.ok, "message": self.message, "severity": self.severity}
 
 
-@dataclass(frozen=True)
-class MachineFacts:
+class MachineFacts(NamedTuple):
     """What a machine said about itself when it joined, as stored on its join request (`machine`)
     and its machine record (`facts`). Fields an older item lacks read as the join's defaults."""
 
@@ -203,8 +199,7 @@ REQUIRED = (
 )
 
 
-@dataclass(frozen=True)
-class Machine:
+class Machine(NamedTuple):
     machine_id: str
     tenant_id: str
     site_id: str
@@ -254,13 +249,12 @@ class Machine:
             "gsi1sk": self.machine_id,
             **items.write(
                 ATTRIBUTES,
-                vars(self) | {"facts": self.facts.to_item(), "claims": [list(c) for c in self.claims]},
+                self._asdict() | {"facts": self.facts.to_item(), "claims": [list(c) for c in self.claims]},
             ),
         }
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     """A join identity's history: the token and place it first joined through, its pending request
     (`request_id`) or its machine (`machine_id`), and whether a renewal retired its key."""
 
@@ -352,8 +346,7 @@ class Identity:
         }
 
 
-@dataclass(frozen=True)
-class HardwareClaim:
+class HardwareClaim(NamedTuple):
     tenant_id: str
     kind: str  # "serial" | "uuid"
     value: str
@@ -386,8 +379,7 @@ def get_identity(tenant_id: str, identity: str) -> Identity | None:
     return Identity.from_item(item) if item else None
 
 
-@dataclass(frozen=True)
-class MachinePage:
+class MachinePage(NamedTuple):
     machines: list[Machine]  # the page as read, before any filter
     more: bool  # a page may follow the last machine read
 

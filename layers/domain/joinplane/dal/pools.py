@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from joinplane import container
 from joinplane.dal import dynamo
@@ -23,8 +22,7 @@ def _present(**attributes: Any) -> Item:
     return {name: value for name, value in attributes.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class TelemetrySink:
+class TelemetrySink(NamedTuple):
     destination: str | None = None
     credential: str | None = None
     stream_prefix: str | None = None
@@ -39,8 +37,7 @@ class TelemetrySink:
         )
 
 
-@dataclass(frozen=True)
-class Telemetry:
+class Telemetry(NamedTuple):
     enabled: bool | None = None
     stream_prefix: str | None = None
     logs: TelemetrySink | None = None
@@ -65,8 +62,7 @@ class Telemetry:
         )
 
 
-@dataclass(frozen=True)
-class Billing:
+class Billing(NamedTuple):
     usage_endpoint: str | None = None
     usage_token: str | None = None
     cost_hook_endpoint: str | None = None
@@ -94,8 +90,7 @@ class Billing:
         )
 
 
-@dataclass(frozen=True)
-class Bootstrap:
+class Bootstrap(NamedTuple):
     """The pool's bootstrap defaults: only the fields an operator set (None: not set), handed to
     the machines it admits with the seed's defaults for the rest (joinplane.join_wire)."""
 
@@ -157,8 +152,7 @@ class Bootstrap:
         )
 
 
-@dataclass(frozen=True)
-class ClusterSettings:
+class ClusterSettings(NamedTuple):
     """What the pool asks of the Sylve nodes that join it (joinplane.clusters)."""
 
     required_node_version: str | None = None
@@ -171,8 +165,7 @@ class ClusterSettings:
         return _present(requiredNodeVersion=self.required_node_version)
 
 
-@dataclass(frozen=True)
-class Pool:
+class Pool(NamedTuple):
     tenant_id: str
     pool_id: str
     site_id: str
@@ -299,8 +292,7 @@ def create(pool: Pool) -> None:
         raise
 
 
-@dataclass(frozen=True)
-class PoolChanges:
+class PoolChanges(NamedTuple):
     """What an update replaces, whole: a field left None is left alone. Only the cluster settings
     can be removed (`remove_cluster`)."""
 
@@ -367,8 +359,7 @@ def archive(tenant_id: str, pool_id: str, now: str) -> Pool:
     return Pool.from_item(item)
 
 
-@dataclass(frozen=True)
-class PoolPage:
+class PoolPage(NamedTuple):
     pools: list[Pool]
     complete: bool  # the tenant's pools are exhausted: no page follows
 

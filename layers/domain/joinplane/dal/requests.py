@@ -14,8 +14,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
@@ -28,8 +27,7 @@ OPEN_STATES = ("pending", "approved")
 RequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
 
 
-@dataclass(frozen=True)
-class VoteReason:
+class VoteReason(NamedTuple):
     """An attestor's vote that deferred a join, as stored on its request (`reasons`)."""
 
     attestor: str
@@ -79,8 +77,7 @@ REQUIRED = (
 )
 
 
-@dataclass(frozen=True)
-class JoinRequest:
+class JoinRequest(NamedTuple):
     request_id: str
     tenant_id: str
     site_id: str
@@ -133,7 +130,7 @@ class JoinRequest:
             "gsi1sk": self.request_id,
             **items.write(
                 ATTRIBUTES,
-                vars(self)
+                self._asdict()
                 | {
                     "reasons": [reason.to_item() for reason in self.reasons],
                     "machine": self.machine.to_item(),
@@ -332,8 +329,7 @@ def mark_expired(request: JoinRequest, *, now_epoch: int) -> bool:
 # --- reads ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RequestPage:
+class RequestPage(NamedTuple):
     requests: list[JoinRequest]
     complete: bool  # the partition holds nothing after the last request
 
@@ -349,8 +345,7 @@ def list_partition_page(
     return RequestPage([JoinRequest.from_item(item) for item in page.items], page.last_key is None)
 
 
-@dataclass(frozen=True)
-class DuePage:
+class DuePage(NamedTuple):
     requests: list[JoinRequest]
     next: Item | None  # where the next page of this shard starts; None: the shard is done
 

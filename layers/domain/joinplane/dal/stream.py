@@ -8,9 +8,8 @@ read through their records' attribute tables (dal.items), so a stored name is wr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo, items, machines, requests
 from joinplane.dal.clusters import ClusterNode
@@ -19,17 +18,16 @@ from joinplane.dal.dynamo import Item
 
 def _image_fields(image: type[Any], stored: dict[str, Any]) -> dict[str, Any]:
     """The fields an image keeps of its record's, read through the record's attribute table."""
-    return {f.name: stored[f.name] for f in fields(image)}
+    return {name: stored[name] for name in image._fields}
 
 
-@dataclass(frozen=True)
-class RequestImage:
+class RequestImage(NamedTuple):
     request_id: str
     tenant_id: str | None = None
     site_id: str | None = None
     pool_id: str | None = None
     state: str | None = None
-    reasons: list[Any] = field(default_factory=list)
+    reasons: Sequence[Any] = ()
     created_at: str | None = None
     expires_at: str | None = None
     decided_at: str | None = None
@@ -46,8 +44,7 @@ class RequestImage:
         return cls(**_image_fields(cls, stored) | {"reasons": stored["reasons"] or []})
 
 
-@dataclass(frozen=True)
-class MachineImage:
+class MachineImage(NamedTuple):
     machine_id: str
     tenant_id: str | None = None
     site_id: str | None = None
@@ -76,8 +73,7 @@ _BY_PREFIX: dict[str, Callable[[Item], Image]] = {
 }
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     old: Image | None  # None: the item is new
     new: Image
     sequence: str  # the stream record's, for partial batch failures

@@ -10,8 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
@@ -21,8 +20,7 @@ RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
 
 
-@dataclass(frozen=True)
-class AttestationPolicy:
+class AttestationPolicy(NamedTuple):
     """What a token asks of the attestors. `identity` is None on tokens made before the setting
     existed (stored without it, shown without it; read as "any")."""
 
@@ -50,8 +48,7 @@ class AttestationPolicy:
         return stored
 
 
-@dataclass(frozen=True)
-class JoinToken:
+class JoinToken(NamedTuple):
     token_id: str
     tenant_id: str
     site_id: str
@@ -190,8 +187,7 @@ def revoke(token_id: str, *, now: str, by: str) -> JoinToken:
     return JoinToken.from_item(item)
 
 
-@dataclass(frozen=True)
-class TokenPage:
+class TokenPage(NamedTuple):
     tokens: list[JoinToken]
     complete: bool  # no page follows
 

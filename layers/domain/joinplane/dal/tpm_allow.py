@@ -3,16 +3,14 @@ endorsement key; the partition holds nothing else, so a listing is one Query in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 from joinplane.errors import Unavailable
 
 
-@dataclass(frozen=True)
-class AllowedKey:
+class AllowedKey(NamedTuple):
     tenant_id: str
     site_id: str
     ek_sha256: str  # lowercase hex SHA-256 of the EK's SubjectPublicKeyInfo DER
@@ -95,8 +93,7 @@ def remove(key: AllowedKey) -> None:
         raise
 
 
-@dataclass(frozen=True)
-class KeyPage:
+class KeyPage(NamedTuple):
     keys: list[AllowedKey]
     more: bool  # a page may follow
 
