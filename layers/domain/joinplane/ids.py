@@ -4,8 +4,6 @@ Lowercase Crockford base32 (no i, l, o, u) so ids match the seed pattern
 `^jreq_[0-9a-hjkmnp-tv-z]{26,52}$`, sort by creation time as strings, and carry 80 random bits.
 """
 
-import secrets
-
 from joinplane import clock
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -24,6 +22,9 @@ def encode_base32(value: int, length: int) -> str:
 
 
 def new_ulid() -> str:
+    # Imported here: `secrets` costs ~4 ms at import, and most functions read ids' patterns only.
+    import secrets
+
     millis = int(clock.epoch() * 1000)
     return encode_base32(millis, 10) + encode_base32(secrets.randbits(80), 16)
 

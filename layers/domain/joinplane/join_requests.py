@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, deadline, errors, ids, machines, pools
+from joinplane import clock, deadline, errors, ids, pools
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
@@ -35,6 +35,10 @@ def state_now(request: JoinRequest) -> views.JoinRequestState:
 
 def view(request: JoinRequest) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
+    # Imported here: the expiry job (RetentionFunction) never shows a request, and machines brings
+    # its operator models.
+    from joinplane import machines
+
     return {
         "requestId": request.request_id,
         "tenantId": request.tenant_id,
