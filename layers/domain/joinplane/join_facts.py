@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from joinplane import attestors, credentials, errors, proof, tokens
+from joinplane import attestors, credentials, errors, proof
 from joinplane.dal import tokens as tokens_db
 from joinplane.dal.machines import Claim
 from joinplane.dal.tokens import JoinToken
@@ -48,10 +48,10 @@ def token_secret(request: JoinMachineRequest, authorization: str) -> str:
 
 def load_token(secret: str) -> JoinToken:
     """The token a secret names (one GetItem); unknown, forged and revoked tokens look alike."""
-    parsed = credentials.parse(secret, tokens.SECRET_PREFIX)
+    parsed = credentials.parse(secret, tokens_db.SECRET_PREFIX)
     if parsed is None:
         raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
-    token = tokens_db.get(f"{tokens.ID_PREFIX}_{parsed.ulid}")
+    token = tokens_db.get(f"{tokens_db.ID_PREFIX}_{parsed.ulid}")
     if (
         token is None
         or not credentials.matches(parsed.secret, token.secret_sha256)

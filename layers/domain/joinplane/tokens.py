@@ -22,8 +22,7 @@ from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
 if TYPE_CHECKING:
     from joinplane import views
 
-SECRET_PREFIX = "jpt"
-ID_PREFIX = "jtok"
+SECRET_PREFIX, ID_PREFIX = tokens_db.SECRET_PREFIX, tokens_db.ID_PREFIX
 TOKEN_ID = rf"^jtok_{ULID}$"
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 

@@ -15,6 +15,10 @@ from typing import Any, Literal, NamedTuple
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
+# A token's id is `jtok_<ulid>`; its secret `jpt_<the same ulid>_<random>` (joinplane.credentials),
+# so a join finds the token by the id its secret carries, in one GetItem.
+ID_PREFIX = "jtok"
+SECRET_PREFIX = "jpt"
 RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 
 TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
