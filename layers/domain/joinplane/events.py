@@ -15,8 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from joinplane import aws
 from joinplane.dal import stream
@@ -29,8 +28,7 @@ logger = logging.getLogger("joinplane")
 BATCH = 10  # PutEvents takes at most 10 entries
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     detail_type: str
     detail: dict[str, Any]
     sequence: str = ""  # the stream record it came from, for partial batch failures

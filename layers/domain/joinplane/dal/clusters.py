@@ -27,12 +27,14 @@ contain. tests/clusters/test_cluster_scale.py holds the real writes to those bou
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
-from joinplane.dal.pools import Pool, pool_key
 from joinplane.errors import Unavailable
+
+if TYPE_CHECKING:
+    from joinplane.dal.pools import Pool
 
 BUCKET_WIDTH = 200
 
@@ -302,7 +304,7 @@ def join_writes(
                     subject=bucket.number,
                 )
             )
-    pk, sk = pool_key(pool.tenant_id, pool.pool_id)
+    pk, sk = _pool_key(pool)
     writes.append(
         dynamo.Write(
             "ConditionCheck",
@@ -341,7 +343,7 @@ def rotate_key(pool: Pool, new: ClusterKey, *, rotated_ttl: int) -> None:
         dynamo.Write("Put", item=new.to_item(), condition="attribute_not_exists(pk)", name="key"),
         dynamo.Write(
             "Update",
-            *pool_key(pool.tenant_id, pool.pool_id),
+            *_pool_key(pool),
             update="SET clusterKeyId = :key, clusterKeyRotatedAt = :now",
             condition="#state = :active AND "
             + ("clusterKeyId = :previous" if previous else "attribute_not_exists(clusterKeyId)"),
@@ -368,3 +370,10 @@ def rotate_key(pool: Pool, new: ClusterKey, *, rotated_ttl: int) -> None:
         dynamo.transact(writes, conflict_retries=0)
     except dynamo.TransactionCanceled:
         raise Contended() from None
+
+
+def _pool_key(pool: Pool) -> tuple[str, str]:
+    # Imported here: the stream publisher reads cluster nodes and never writes a pool.
+    from joinplane.dal.pools import pool_key
+
+    return pool_key(pool.tenant_id, pool.pool_id)
