@@ -77,3 +77,27 @@ def test_audit_is_tenant_and_pool_scoped(admin_key: str) -> None:
     assert tenant_wide.code == "NOT_FOUND"
     other = call("/api/compute/auditEvents/list", {"tenantId": "globex"}, pool_key)
     assert other.code == "PERMISSION_DENIED"
+
+
+def test_an_event_is_kept_for_the_audit_retention_setting(admin_key: str, monkeypatch: Any) -> None:
+    # Given a stack deployed with AuditRetentionDays=7 (the consumer's AUDIT_RETENTION_DAYS)
+    from joinplane import clock, container
+    from joinplane.dal import dynamo
+    from joinplane.settings import settings
+
+    monkeypatch.setenv("AUDIT_RETENTION_DAYS", "7")
+    container.reset(keep_clients=True)
+    assert settings().audit_retention_days == 7
+    # When an event is recorded
+    event = all_events()[0]
+    assert audit.record(event)
+    # Then DynamoDB's TTL deletes it 7 days on, not before
+    stored = [i for i in dynamo.query(pk="AUDIT#acme").items if i["eventId"] == event["detail"]["eventId"]]
+    assert len(stored) == 1
+    assert abs(stored[0]["ttl"] - (clock.epoch() + 7 * 86_400)) < 60
+
+
+def test_the_default_audit_retention_is_400_days() -> None:
+    from joinplane.settings import Settings
+
+    assert Settings(table_name="t").audit_retention_days == 400

@@ -13,13 +13,13 @@ from joinplane import clock, pools
 from joinplane.dal import audit as audit_db
 from joinplane.dal.audit import AuditEvent
 from joinplane.grants import Principal, Resource
+from joinplane.settings import settings
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
 
 if TYPE_CHECKING:
     from joinplane import views
 
 READ = "audit:events:read"
-RETENTION_SECONDS = 90 * 86_400
 # An event's sort key (`AuditEvent.cursor`): occurredAt, rank, eventId.
 CURSOR = r"^[0-9TZ:.-]{10,40}#[0-9]#evt_[0-9a-f]{32}$"
 DETAIL_TYPE = r"^security\.[a-z-]+\.[a-z-]+$"
@@ -46,7 +46,7 @@ def record(event: dict[str, Any]) -> bool:
             site_id=detail.get("siteId"),
             pool_id=detail.get("poolId"),
             detail=detail,
-            ttl=int(clock.epoch()) + RETENTION_SECONDS,
+            ttl=int(clock.epoch()) + settings().audit_retention_days * 86_400,
         )
     )
 

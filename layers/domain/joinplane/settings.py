@@ -18,6 +18,8 @@ class Settings(NamedTuple):
     # The authority of every machine's SPIFFE ID (template parameter SpiffeTrustDomain). Checked
     # where IDs are made (joinplane.spiffe), so a bad value fails certificate issuance, not every function.
     spiffe_trust_domain: str = "joinplane.internal"
+    # How long the audit trail keeps an event (template parameter AuditRetentionDays).
+    audit_retention_days: int = 400
 
 
 @functools.cache
@@ -27,6 +29,7 @@ def settings() -> Settings:
         event_bus_name=os.environ.get("EVENT_BUS_NAME", "default"),
         ca_secret_prefix=os.environ.get("CA_SECRET_PREFIX", "joinplane/ca"),
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
+        audit_retention_days=int(os.environ.get("AUDIT_RETENTION_DAYS", "400")),
     )
 
 
