@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from joinplane import deadline, routes
+from joinplane import deadline, observe, routes
 from joinplane.errors import Internal, JoinplaneError, NotFound, OutOfTime
-
-logger = logging.getLogger("joinplane")
 
 
 @dataclass(frozen=True)
@@ -129,8 +126,18 @@ class Router:
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         deadline.begin(context)
+        request_context = event.get("requestContext") or {}
+        principal = (request_context.get("authorizer") or {}).get("lambda") or {}
         try:
-            return self._handle(event)
+            # Every line of this invocation names the request (API Gateway's id, as in the access
+            # log), its route, and for operator routes the calling key.
+            with observe.bound(
+                correlationId=request_context.get("requestId"),
+                route=request_context.get("routeKey"),
+                keyId=principal.get("keyId"),
+                tenantId=principal.get("tenantId"),
+            ):
+                return self._handle(event)
         finally:
             deadline.end()
 
@@ -142,8 +149,15 @@ class Router:
                 raise NotFound("no such route")
             return self._render(handler(request))
         except JoinplaneError as refused:
-            logger.info("request refused: %s %s", refused.code, refused.message)
+            if not observe.decided():
+                observe.log(
+                    "INFO",
+                    "request refused",
+                    code=refused.code,
+                    reason=refused.reason,
+                    detail=refused.message,
+                )
             return self._render_error(refused)
         except Exception:
-            logger.exception("unhandled error on %s %s", request.method, request.path)
+            observe.exception("unhandled error", method=request.method, path=request.path)
             return self._render_error(Internal("internal error"))

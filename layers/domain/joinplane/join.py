@@ -34,6 +34,7 @@ from joinplane import (
     join_requests,
     join_wire,
     machines,
+    observe,
     pools,
     proof,
 )
@@ -46,7 +47,7 @@ from joinplane.dal.machines import Claim, Identity, Machine
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest, VoteReason
 from joinplane.deadline import attempts
-from joinplane.errors import Aborted, Unauthenticated, Unavailable
+from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unauthenticated, Unavailable
 from joinplane.join_decide import (
     Admit,
     ConsumeApproval,
@@ -125,6 +126,8 @@ def _worker_image(pool: Pool, baseline: str | None, sent: str) -> tuple[str, str
 def _admitted(
     pool: Pool, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
 ) -> Response:
+    # Called once the admitting transaction committed: the decision is recorded, say so.
+    observe.decision("join admitted", "Joins", "admitted", poolId=pool.pool_id, machineId=machine_id)
     return 200, join_wire.join_response(
         pool,
         ok=True,
@@ -139,6 +142,9 @@ def _admitted(
 
 
 def _deferred(request: JoinRequest) -> Response:
+    observe.decision(
+        "join deferred", "Joins", "deferred", poolId=request.pool_id, requestId=request.request_id
+    )
     reasons = "; ".join(r.message for r in request.reasons) or "an operator must decide"
     return 202, join_wire.join_response(
         ok=False,
@@ -329,6 +335,13 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
             raise Unavailable(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
+                observe.decision(
+                    "join request consumed",
+                    "RequestDecisions",
+                    "consumed",
+                    requestId=request.request_id,
+                    machineId=machine_id,
+                )
                 return _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
             case joins_db.RequestChanged():
                 current = requests_db.get(request.request_id)
@@ -433,12 +446,28 @@ def _dry_run(attempt: Attempt) -> Response:
     )
 
 
+def _refused(action: str, metric: str, error: JoinplaneError) -> None:
+    # denied: a decision about this machine (attestors, revoked, retired key); refused: the call
+    # itself could not be served (malformed, bad token, lost race, unavailable).
+    outcome = "denied" if isinstance(error, PermissionDenied) and metric == "Joins" else "refused"
+    observe.decision(f"{action} {outcome}", metric, outcome, code=error.code, reason=error.reason)
+
+
 def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Response:
+    try:
+        return _join_machine(body, authorization, proof_header)
+    except JoinplaneError as error:
+        _refused("join", "Joins", error)
+        raise
+
+
+def _join_machine(body: bytes, authorization: str, proof_header: str) -> Response:
     from joinplane import ca
 
     request = join_wire.decode_join(body)
     secret = join_facts.token_secret(request, authorization)
     token = join_facts.load_token(secret)
+    observe.note(tenantId=token.tenant_id, siteId=token.site_id, poolId=token.pool_id, tokenId=token.token_id)
     csr = ca.parse_csr(request.csr) if request.csr else None
     attempt = Attempt(
         request,
@@ -451,6 +480,7 @@ def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Res
     join_facts.hardware_claims(request)  # refuses malformed hardware ids before anything is decided
     _refuse(join_decide.preflight(request.preflight))
     if request.dryRun:
+        observe.note(dryRun=True)
         return _dry_run(attempt)
     if token.usable_at(clock.epoch()):
         fresh = _fresh(attempt)
@@ -466,6 +496,14 @@ def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Res
 
 
 def renew(body: bytes, proof_header: str = "") -> tuple[int, views.RenewMachineResponse]:
+    try:
+        return _renew(body, proof_header)
+    except JoinplaneError as error:
+        _refused("renewal", "Renewals", error)
+        raise
+
+
+def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineResponse]:
     """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
     join identity moves with it, in the same transaction).
 
@@ -478,6 +516,12 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, views.RenewMachineR
 
     machine_token, csr_pem = join_wire.decode_renew(body)
     machine = machines.authenticate(machine_token)
+    observe.note(
+        tenantId=machine.tenant_id,
+        siteId=machine.site_id,
+        poolId=machine.pool_id,
+        machineId=machine.machine_id,
+    )
     _refuse(join_decide.renewable(machine))
     csr = ca.parse_csr(csr_pem)
     parsed = proof.parse(proof_header)
@@ -528,6 +572,7 @@ def renew(body: bytes, proof_header: str = "") -> tuple[int, views.RenewMachineR
             raise Unavailable("the renewal could not be recorded, retry") from None
         match outcome:
             case joins_db.Committed():
+                observe.decision("machine renewed", "Renewals", "renewed", keyRotated=rotating)
                 return 200, join_wire.renew_response(
                     machine.machine_id, cert.certificate, cert.ca_certificates, cert.expires_at
                 )

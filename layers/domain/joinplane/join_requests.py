@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, deadline, errors, ids, pools
+from joinplane import clock, deadline, errors, ids, observe, pools
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
@@ -143,6 +143,13 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
             f"join request is {state}; only a pending request can be approved",
             reason=errors.JOIN_REQUEST_NOT_PENDING,
         ) from None
+    observe.decision(
+        "join request approved",
+        "RequestDecisions",
+        "approved",
+        poolId=pool.pool_id,
+        requestId=request.requestId,
+    )
     return view(written)
 
 
@@ -185,6 +192,13 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
                 f"join request is {state}; it can no longer be rejected",
                 reason=errors.JOIN_REQUEST_NOT_PENDING,
             ) from None
+        observe.decision(
+            "join request rejected",
+            "RequestDecisions",
+            "rejected",
+            poolId=pool.pool_id,
+            requestId=request.requestId,
+        )
         return view(written)
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
@@ -277,6 +291,14 @@ def expire_due(max_items: int = 1000) -> int:
                 # Not marked: decided, consumed or already marked since the index was read.
                 if requests_db.mark_expired(due, now_epoch=now):
                     marked += 1
+                    observe.decision(
+                        "join request expired",
+                        "RequestDecisions",
+                        "expired",
+                        tenantId=due.tenant_id,
+                        poolId=due.pool_id,
+                        requestId=due.request_id,
+                    )
             if page.next is None:
                 break
             start = page.next

@@ -5,7 +5,7 @@ before every operator request, so its cold start is the one users feel most."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from joinplane import credentials
 from joinplane.dal import apikeys as apikeys_db
@@ -16,17 +16,36 @@ SECRET_PREFIX = "jpk"
 ID_PREFIX = "key"
 
 
-def verify(bearer: str) -> Principal | None:
+class Resolution(NamedTuple):
+    principal: Principal | None
+    # Why there is no principal, for the logs and the AuthorizerRefusals metric (never told to the
+    # caller, who only learns the key is not valid): missing, malformed, unknown, mismatch, revoked.
+    refusal: str = ""
+    key_id: str = ""  # the id the bearer names, when it has one's shape (an id, not a secret)
+
+
+def resolve(bearer: str) -> Resolution:
     """One GetItem by the id embedded in the secret, then a constant-time digest comparison."""
+    if not bearer:
+        return Resolution(None, "missing")
     parsed = credentials.parse(bearer, SECRET_PREFIX)
     if parsed is None:
-        return None
-    key = apikeys_db.get(f"{ID_PREFIX}_{parsed.ulid}", consistent=False)
-    if key is None or not credentials.matches(parsed.secret, key.secret_sha256):
-        return None
+        return Resolution(None, "malformed")
+    key_id = f"{ID_PREFIX}_{parsed.ulid}"
+    key = apikeys_db.get(key_id, consistent=False)
+    if key is None:
+        return Resolution(None, "unknown", key_id)
+    if not credentials.matches(parsed.secret, key.secret_sha256):
+        return Resolution(None, "mismatch", key_id)
     if not key.active:
-        return None
-    return Principal(key.key_id, key.tenant_id, tuple(Grant.parse(g) for g in key.grants))
+        return Resolution(None, "revoked", key_id)
+    return Resolution(
+        Principal(key.key_id, key.tenant_id, tuple(Grant.parse(g) for g in key.grants)), key_id=key_id
+    )
+
+
+def verify(bearer: str) -> Principal | None:
+    return resolve(bearer).principal
 
 
 def authorizer_context(principal: Principal | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, credentials, errors
+from joinplane import clock, credentials, errors, observe
 from joinplane.dal import machines as machines_db
 from joinplane.dal.machines import HardwareFacts, Machine, MachineFacts, PreflightCheck, TpmFacts
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
@@ -165,9 +165,12 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     machine = _load(principal, request.tenantId, request.machineId, WRITE)
     if not machine.active:
         return view(machine)
-    machines_db.revoke(
+    if machines_db.revoke(
         machine, by=principal.key_id, reason=request.reason or "", now=clock.rfc3339(clock.now())
-    )
+    ):
+        observe.decision(
+            "machine revoked", "Revocations", "revoked", poolId=machine.pool_id, machineId=machine.machine_id
+        )
     # Revoked concurrently or not, answer with what is stored now.
     return view(_load(principal, request.tenantId, request.machineId, WRITE))
 

@@ -16,7 +16,6 @@ on half of another join.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from joinplane import clock, credentials, deadline, errors, ids, pools
+from joinplane import clock, credentials, deadline, errors, ids, observe, pools
 from joinplane.clusters import inventory, sylve_wire
 from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_trim_space
 from joinplane.clusters.sylve_wire import AcceptJoin
@@ -38,7 +37,6 @@ from joinplane.grants import Principal
 if TYPE_CHECKING:
     from joinplane import views
 
-logger = logging.getLogger("joinplane")
 
 KEY_PREFIX = "jck"
 KEY_ID_PREFIX = "ckey"
@@ -70,9 +68,11 @@ def authenticate(secret: str) -> Cluster:
     if parsed is None:
         raise sylve_wire.unauthorized()
     key_id = f"{KEY_ID_PREFIX}_{parsed.ulid}"
+    observe.note(keyId=key_id)
     key = clusters_db.get_key(key_id)
     if key is None or not credentials.matches(secret, key.secret_sha256) or key.state != "active":
         raise sylve_wire.unauthorized()
+    observe.note(tenantId=key.tenant_id, poolId=key.pool_id)
     return Cluster(_keyed_pool(key.tenant_id, key.pool_id, key_id), key_id)
 
 
@@ -120,8 +120,12 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
             pool = _keyed_pool(pool.tenant_id, pool.pool_id, cluster.key_id)
         decision = _decide(pool, request)
         if request.preflight:
+            observe.note(dryRun=True)
             return "cluster_join_preflight_passed", decision.report()
         if decision.node is None:
+            observe.decision(
+                "cluster node joined", "ClusterJoins", "joined", nodeId=request.node_id, member=True
+            )
             return "node_added_to_cluster", request.echo()
         try:
             clusters_db.commit_join(pool, cluster.key_id, decision.node, decision.changed)
@@ -134,12 +138,12 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
             reserve = max(reserve, 2 * slowest)
             deadline.sleep(deadline.backoff(attempt, max(_MIN_BACKOFF, slowest)), reserve)
             continue
-        logger.info(
-            "cluster node joined: %s/%s node %r after %d attempt(s)",
-            pool.tenant_id,
-            pool.pool_id,
-            go_trim_space(request.node_id),
-            attempt + 1,
+        observe.decision(
+            "cluster node joined",
+            "ClusterJoins",
+            "joined",
+            nodeId=go_trim_space(request.node_id),
+            attempts=attempt + 1,
         )
         return "node_added_to_cluster", request.echo()
 
