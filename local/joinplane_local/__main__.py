@@ -50,6 +50,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="run stream, rule and schedule event sources (default: on, off with --aws)",
     )
+    webhook = parser.add_argument_group(
+        "webhook",
+        "each new pending join request POSTed to a URL, as the template's API destination does "
+        "when its WebhookUrl parameter is set (each option also reads the environment variable named)",
+    )
+    webhook.add_argument(
+        "--webhook-url",
+        default=os.environ.get("JOINPLANE_WEBHOOK_URL") or None,
+        metavar="URL",
+        help="the WebhookUrl parameter ($JOINPLANE_WEBHOOK_URL); unset: no webhook",
+    )
+    webhook.add_argument(
+        "--webhook-auth-header-name",
+        default=os.environ.get("JOINPLANE_WEBHOOK_AUTH_HEADER_NAME") or None,
+        metavar="NAME",
+        help="the WebhookAuthHeaderName parameter ($JOINPLANE_WEBHOOK_AUTH_HEADER_NAME; "
+        "default: the template's)",
+    )
+    webhook.add_argument(
+        "--webhook-auth-header-value",
+        default=os.environ.get("JOINPLANE_WEBHOOK_AUTH_HEADER_VALUE") or None,
+        metavar="VALUE",
+        help="the WebhookAuthHeaderValue parameter, a secret: prefer $JOINPLANE_WEBHOOK_AUTH_HEADER_VALUE "
+        "(a command line is visible to every user of the machine)",
+    )
     parser.add_argument("--template", type=Path, default=TEMPLATE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.aws and (args.stack_name or args.table_name or args.event_bus_name):
@@ -57,6 +82,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.aws and not (args.stack_name or (args.table_name and args.event_bus_name)):
         parser.error("--aws needs --stack-name, or --table-name and --event-bus-name")
     return args
+
+
+WEBHOOK_PARAMETERS = {
+    "webhook_url": "WebhookUrl",
+    "webhook_auth_header_name": "WebhookAuthHeaderName",
+    "webhook_auth_header_value": "WebhookAuthHeaderValue",
+}
+
+
+def template_parameters(args: argparse.Namespace) -> dict[str, str]:
+    """The template parameters the options set; without a URL there is no webhook to configure."""
+    if not args.webhook_url:
+        return {}
+    return {
+        parameter: str(getattr(args, option))
+        for option, parameter in WEBHOOK_PARAMETERS.items()
+        if getattr(args, option) is not None
+    }
 
 
 def banner(runtime: Runtime) -> str:
@@ -136,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             workers=args.workers,
             template_path=args.template,
+            parameters=template_parameters(args),
         )
     except KeyboardInterrupt:
         return 130

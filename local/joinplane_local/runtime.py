@@ -210,10 +210,12 @@ def start_runtime(
     template_path: Path = TEMPLATE,
     enforce_timeouts: bool = True,
     log: TextIO | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> Runtime:
     """Start everything and return once the HTTP API answers.
 
     `seed` and `workers` default to on, except in `aws` mode where they default to off.
+    `parameters` set template parameters (the others keep their `Default`), e.g. `WebhookUrl`.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
@@ -252,7 +254,10 @@ def start_runtime(
         clients = client_factory(endpoint_url, region)
 
         document = load(template_path)
-        names = Names(region=region)
+        unknown = sorted(set(parameters or {}) - set(document.get("Parameters") or {}))
+        if unknown:
+            raise ValueError(f"the template has no parameter {', '.join(unknown)}")
+        names = Names(region=region, parameters=dict(parameters or {}))
         if mode == "aws":
             names.account = clients("sts").get_caller_identity()["Account"]
             if stack_name:

@@ -70,7 +70,8 @@ class Names:
     region: str = REGION
     account: str = ACCOUNT
     physical: dict[str, str] = field(default_factory=dict)
-    parameters: dict[str, str] = field(default_factory=dict)
+    # Parameter values may be secrets (NoEcho): never in a repr.
+    parameters: dict[str, str] = field(default_factory=dict, repr=False)
 
     def ref(self, logical_id: str) -> str:
         pseudo = {
@@ -149,6 +150,36 @@ class Template:
             return self.names.ref(token)
 
         return re.sub(r"\$\{([^}!]+)\}", one, text)
+
+    # --- conditions ---------------------------------------------------------------------
+
+    def condition(self, name: str) -> bool:
+        """A `Conditions` entry evaluated over this run's parameters, as CloudFormation does."""
+        conditions = self.document.get("Conditions") or {}
+        if name not in conditions:
+            raise ValueError(f"no condition {name!r} in the template")
+        return self._holds(conditions[name])
+
+    def _holds(self, expression: Any) -> bool:
+        if isinstance(expression, dict) and len(expression) == 1:
+            ((function, argument),) = expression.items()
+            if function == "Condition":
+                return self.condition(str(argument))
+            if function == "Fn::Not":
+                return not self._holds(argument[0])
+            if function == "Fn::And":
+                return all(self._holds(a) for a in argument)
+            if function == "Fn::Or":
+                return any(self._holds(a) for a in argument)
+            if function == "Fn::Equals":
+                left, right = (self.resolve(a) for a in argument)
+                return str(left) == str(right)
+        raise ValueError(f"condition {expression!r} cannot be evaluated locally")
+
+    def included(self, logical_id: str) -> bool:
+        """Whether the resource exists in this run: it has no `Condition`, or its condition holds."""
+        condition = self.resources[logical_id].get("Condition")
+        return condition is None or self.condition(str(condition))
 
     # --- resources a local run creates -------------------------------------------------
 
