@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from joinplane import audit
+from joinplane import audit_trail
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    stored = audit.record(event)
+    stored = audit_trail.record(event)
     return {"eventId": event["detail"]["eventId"], "stored": stored}

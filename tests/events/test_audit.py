@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from joinplane import audit, events
+from joinplane import audit_trail, events
 from tests.support import call
 from tests.support.events import record, transitions
 
@@ -21,8 +21,8 @@ def all_events() -> list[dict[str, Any]]:
 
 def test_redelivered_events_are_stored_once(admin_key: str) -> None:
     delivered = all_events()
-    assert [audit.record(e) for e in delivered] == [True] * len(delivered)
-    assert [audit.record(e) for e in delivered] == [False] * len(delivered)
+    assert [audit_trail.record(e) for e in delivered] == [True] * len(delivered)
+    assert [audit_trail.record(e) for e in delivered] == [False] * len(delivered)
     listed = call("/api/compute/auditEvents/list", {"tenantId": "acme", "limit": 200}, admin_key).body[
         "events"
     ]
@@ -36,7 +36,7 @@ def test_newest_first_with_filters_and_cursor(admin_key: str) -> None:
         admin_key,
     )
     for event in all_events():
-        audit.record(event)
+        audit_trail.record(event)
     first = call(
         "/api/compute/auditEvents/list", {"tenantId": "acme", "poolId": "gpu", "limit": 3}, admin_key
     ).body
@@ -59,7 +59,7 @@ def test_newest_first_with_filters_and_cursor(admin_key: str) -> None:
 
 def test_audit_is_tenant_and_pool_scoped(admin_key: str) -> None:
     for event in all_events():
-        audit.record(event)
+        audit_trail.record(event)
     call(
         "/api/compute/pools/create",
         {"tenantId": "acme", "poolId": "gpu", "siteId": "s1", "name": "g", "workspaceId": "w"},
@@ -90,7 +90,7 @@ def test_an_event_is_kept_for_the_audit_retention_setting(admin_key: str, monkey
     assert settings().audit_retention_days == 7
     # When an event is recorded
     event = all_events()[0]
-    assert audit.record(event)
+    assert audit_trail.record(event)
     # Then DynamoDB's TTL deletes it 7 days on, not before
     stored = [i for i in dynamo.query(pk="AUDIT#acme").items if i["eventId"] == event["detail"]["eventId"]]
     assert len(stored) == 1

@@ -1,19 +1,19 @@
-"""The audit trail: every security event, stored once, listed newest first.
+"""The audit trail as operators read it: every security event, newest first.
 
-Stored as `joinplane.dal.audit` describes: once per event, so a redelivery stores nothing twice.
+The consumer's side, storing each event once, is `joinplane.audit_trail` (no pydantic, no pools:
+the consumer's cold start pays for neither).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, pools
+from joinplane import pools
 from joinplane.dal import audit as audit_db
 from joinplane.dal.audit import AuditEvent
 from joinplane.grants import Principal, Resource
-from joinplane.settings import settings
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
 
 if TYPE_CHECKING:
@@ -32,23 +32,6 @@ class ListAuditEvents(BaseModel):
     detailType: str | None = Field(default=None, max_length=64, pattern=DETAIL_TYPE)
     limit: int = Field(default=100, ge=1, le=200)
     cursor: str | None = Field(default=None, max_length=80, pattern=CURSOR)
-
-
-def record(event: dict[str, Any]) -> bool:
-    """Store one EventBridge event; False when it was already stored (a redelivery)."""
-    detail = event["detail"]
-    return audit_db.record(
-        AuditEvent(
-            event_id=detail["eventId"],
-            detail_type=event["detail-type"],
-            occurred_at=detail["occurredAt"],
-            tenant_id=detail["tenantId"],
-            site_id=detail.get("siteId"),
-            pool_id=detail.get("poolId"),
-            detail=detail,
-            ttl=int(clock.epoch()) + settings().audit_retention_days * 86_400,
-        )
-    )
 
 
 def view(event: AuditEvent) -> views.AuditEvent:
