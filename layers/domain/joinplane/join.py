@@ -126,8 +126,6 @@ def _worker_image(pool: Pool, baseline: str | None, sent: str) -> tuple[str, str
 def _admitted(
     pool: Pool, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
 ) -> Response:
-    # Called once the admitting transaction committed: the decision is recorded, say so.
-    observe.decision("join admitted", "Joins", "admitted", poolId=pool.pool_id, machineId=machine_id)
     return 200, join_wire.join_response(
         pool,
         ok=True,
@@ -141,10 +139,20 @@ def _admitted(
     )
 
 
+def _told(response: Response) -> Response:
+    """Log and count the answer a join gives once its outcome is stored (an answer is built
+    before its transaction runs, and is not a decision until that transaction commits)."""
+    status, body = response
+    if status == 200:
+        observe.decision("join admitted", "Joins", "admitted", machineId=body.get("machineId"))
+    else:
+        observe.decision(
+            "join deferred", "Joins", "deferred", requestId=body.get("joinRequest", {}).get("requestId")
+        )
+    return response
+
+
 def _deferred(request: JoinRequest) -> Response:
-    observe.decision(
-        "join deferred", "Joins", "deferred", poolId=request.pool_id, requestId=request.request_id
-    )
     reasons = "; ".join(r.message for r in request.reasons) or "an operator must decide"
     return 202, join_wire.join_response(
         ok=False,
@@ -222,7 +230,7 @@ def _fresh(attempt: Attempt) -> Response | Identity:
         outcome, response = _commit_fresh(attempt, decided, pool, votes)
         match outcome:
             case joins_db.Committed():
-                return response
+                return _told(response)
             case joins_db.IdentityTaken(current):
                 return current
             case joins_db.TokenSpent():
@@ -304,7 +312,7 @@ def _known(attempt: Attempt, record: Identity) -> Response:
                 assert attempt.proof_ms is not None
                 accepted = joins_db.accept_proof(attempt.tenant, attempt.identity, attempt.proof_ms)
                 _refuse(join_decide.pending_proof(accepted))
-            return _deferred(pending)
+            return _told(_deferred(pending))
     raise AssertionError(f"undecided: {decided}")
 
 
@@ -342,7 +350,7 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
                     requestId=request.request_id,
                     machineId=machine_id,
                 )
-                return _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
+                return _told(_admitted(pool, machine_id, secret, cert, image, machine.schedulable))
             case joins_db.RequestChanged():
                 current = requests_db.get(request.request_id)
                 raise join_decide.approval_lost(current, request, clock.epoch())
@@ -391,7 +399,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             raise Unavailable(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
-                return _admitted(pool, machine.machine_id, secret, cert, image, renewed.schedulable)
+                return _told(_admitted(pool, machine.machine_id, secret, cert, image, renewed.schedulable))
             case joins_db.MachineChanged():
                 raise join_decide.machine_lost(machines_db.get(machine.machine_id))
             case joins_db.IdentityMoved(current_record):

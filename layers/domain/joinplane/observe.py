@@ -68,12 +68,13 @@ class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
     """stdout as it is when a line is written, not when the logger was made: the local runtime and
     tests replace sys.stdout, and Lambda's is the same either way."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.stdout)
+    @property
+    def stream(self) -> Any:
+        return sys.stdout
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stdout)
-        super().emit(record)
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
 
 
 logger = Logger(
@@ -84,6 +85,9 @@ logger = Logger(
     utc=True,
     datefmt="%Y-%m-%dT%H:%M:%S.%FZ",
 )
+# Our lines are written once, by the handler above: Lambda's own root handler (and any other)
+# would write each again in its own format.
+logging.getLogger(SERVICE).propagate = False
 
 
 def _clean(fields: dict[str, Any]) -> dict[str, Any]:
