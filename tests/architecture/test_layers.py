@@ -19,7 +19,7 @@ FUNCTIONS = ROOT / "functions"
 # Imported by everything, import nothing of the domain but each other.
 FOUNDATION = {
     "container", "errors", "ids", "clock", "settings", "aws", "deadline", "credentials", "der",
-    "spiffe", "routes", "wire",
+    "spiffe", "routes", "wire", "observe",
 }  # fmt: skip
 # Wire dialects: bytes in, models out; domain errors in, responses out. Never the table.
 DIALECTS = {"http", "operator_api", "join_wire", "clusters.sylve_wire"}

@@ -79,7 +79,8 @@ class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
 
 logger = Logger(
     service=SERVICE,
-    level=os.environ.get("LOG_LEVEL", "INFO"),
+    # Unset: powertools takes the template's LogLevel from Lambda (AWS_LAMBDA_LOG_LEVEL), else INFO.
+    level=None,
     logger_handler=_Stdout(),
     # RFC 3339 in UTC, as Lambda's own JSON lines and our events write time.
     utc=True,
