@@ -6,26 +6,50 @@ request cannot succeed without its event eventually following, and EventBridge b
 events instead of losing them. Delivery is at least once: `eventId` is a digest of what the
 transition *is* (subject, detail-type, the state or generation reached), so a replayed stream record
 yields the same id and consumers deduplicate on it.
+
+Operators' actions are events too (join tokens, API keys, pools, cluster keys, discovery entries,
+TPM allow-list keys): each item stores the acting API key in the write that changes it, and the
+event names it as `decidedBy`. Never a secret, nor a secret's hash: details are built field by
+field from what the item says, and `secretSha256` is never one of them.
+
+What the publisher cannot ever decode (a corrupt image, a shape no record reads) is set aside,
+logged by its keys and counted (RecordsSetAside), instead of holding its shard for the stream's
+24 h; what it could not publish is retried, as the stream redelivers it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from joinplane import aws
+from joinplane import aws, observe
 from joinplane.dal import stream
-from joinplane.dal.clusters import ClusterNode
-from joinplane.dal.stream import Image, MachineImage, RequestImage
+from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.clusters import ClusterKey, ClusterNode
+from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.pools import Pool
+from joinplane.dal.removals import Removal
+from joinplane.dal.stream import MachineImage, RequestImage
+from joinplane.dal.tokens import JoinToken
+from joinplane.dal.tpm_allow import AllowedKey
 from joinplane.settings import settings
 
 SOURCE = "joinplane"
-logger = logging.getLogger("joinplane")
 BATCH = 10  # PutEvents takes at most 10 entries
+# The operators' actions: counted as AdminActions (by action) when their events are published.
+ADMIN = (
+    "security.join-token.",
+    "security.api-key.",
+    "security.pool.",
+    "security.cluster-key.",
+    "security.discovery-entry.",
+    "security.tpm-key.",
+    "security.machine.revoked",
+)
 
 
 class Event(NamedTuple):
@@ -42,7 +66,7 @@ def event_id(*parts: str) -> str:
     return "evt_" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def _common(image: Image) -> dict[str, Any]:
+def _common(image: RequestImage | MachineImage | ClusterNode | Pool | ClusterKey) -> dict[str, Any]:
     return {"tenantId": image.tenant_id, "siteId": image.site_id, "poolId": image.pool_id}
 
 
@@ -131,18 +155,237 @@ def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
     )
 
 
+def _token_event(old: JoinToken | None, new: JoinToken) -> Event | None:
+    base = {"tenantId": new.tenant_id, "siteId": new.site_id, "poolId": new.pool_id, "tokenId": new.token_id}
+    if old is None:
+        detail_type = "security.join-token.created"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.token_id),
+                "occurredAt": new.created_at,
+                **base,
+                "state": "active",
+                "expiresAt": new.expires_at,
+                "maxUses": new.max_uses,
+                "requireApproval": new.require_approval,
+                "attestation": new.attestation.to_dict(),
+                "decidedBy": new.created_by,
+            },
+        )
+    if new.state == "revoked" and old.state != "revoked":
+        detail_type = "security.join-token.revoked"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.token_id),
+                "occurredAt": new.revoked_at,
+                **base,
+                "state": "revoked",
+                "decidedBy": new.revoked_by,
+            },
+        )
+    return None  # a use spent, or nothing of note
+
+
+def _api_key_event(old: ApiKey | None, new: ApiKey) -> Event | None:
+    # API keys belong to the tenant, not to a site or pool.
+    base = {"tenantId": new.tenant_id, "siteId": None, "poolId": None, "keyId": new.key_id}
+    if old is None:
+        detail_type = "security.api-key.created"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.key_id),
+                "occurredAt": new.created_at,
+                **base,
+                "state": "active",
+                "grants": list(new.grants),
+                "decidedBy": new.created_by,
+            },
+        )
+    if new.state == "revoked" and old.state != "revoked":
+        detail_type = "security.api-key.revoked"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.key_id),
+                "occurredAt": new.revoked_at,
+                **base,
+                "state": "revoked",
+                "decidedBy": new.revoked_by,
+            },
+        )
+    return None
+
+
+# A pool's settings, as the API names them (the stored names are the same): what `changed` lists.
+_POOL_SETTINGS = {
+    "name": "name",
+    "workspace_id": "workspaceId",
+    "bootstrap": "bootstrap",
+    "join_request_ttl_seconds": "joinRequestTtlSeconds",
+    "certificate_ttl_seconds": "certificateTtlSeconds",
+    "cluster": "cluster",
+}
+
+
+def _pool_event(old: Pool | None, new: Pool) -> Event | None:
+    base = {**_common(new), "state": new.state, "version": new.version}
+    if old is None:
+        detail_type = "security.pool.created"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.tenant_id, new.pool_id),
+                "occurredAt": new.created_at,
+                **base,
+                "name": new.name,
+                "workspaceId": new.workspace_id,
+                "decidedBy": new.created_by,
+            },
+        )
+    if new.state == "archived" and old.state != "archived":
+        detail_type = "security.pool.archived"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.tenant_id, new.pool_id),
+                "occurredAt": new.archived_at or new.updated_at,
+                **base,
+                "decidedBy": new.archived_by,
+            },
+        )
+    if new.state == "active" and new.version != old.version:
+        # Names only: a pool's bootstrap holds credentials (telemetry, billing tokens).
+        changed = [
+            name for field, name in _POOL_SETTINGS.items() if getattr(old, field) != getattr(new, field)
+        ]
+        detail_type = "security.pool.updated"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.tenant_id, new.pool_id, str(new.version)),
+                "occurredAt": new.updated_at,
+                **base,
+                "changed": changed,
+                "decidedBy": new.updated_by,
+            },
+        )
+    return None  # a cluster key repointed (its own event), or nothing of note
+
+
+def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
+    # One rotation writes the new key and retires the previous one: the new key's INSERT is its
+    # event; the previous key's change to `rotated` is the same transition, not another event.
+    if old is not None:
+        return None
+    detail_type = "security.cluster-key.rotated"
+    return Event(
+        detail_type,
+        {
+            "eventId": event_id(detail_type, new.key_id),
+            "occurredAt": new.created_at,
+            **_common(new),
+            "clusterKeyId": new.key_id,
+            "previousClusterKeyId": new.previous_key_id,
+            "state": "active",
+            "decidedBy": new.created_by,
+        },
+    )
+
+
+def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event | None:
+    if old is not None:
+        return None  # entries are never changed in place
+    detail_type = "security.discovery-entry.registered"
+    return Event(
+        detail_type,
+        {
+            "eventId": event_id(detail_type, new.tenant_id, new.site_id, new.entry_id),
+            "occurredAt": new.created_at,
+            "tenantId": new.tenant_id,
+            "siteId": new.site_id,
+            "poolId": None,
+            "entryId": new.entry_id,
+            "state": "registered",
+            "serialNumber": new.serial_number,
+            "systemUuid": new.system_uuid,
+            "macAddresses": list(new.mac_addresses),
+            "machineFingerprint": new.machine_fingerprint,
+            "hostname": new.hostname,
+            "decidedBy": new.created_by,
+        },
+    )
+
+
+def _tpm_key_event(old: AllowedKey | None, new: AllowedKey) -> Event | None:
+    if old is not None:
+        return None  # keys are never changed in place
+    detail_type = "security.tpm-key.allowed"
+    return Event(
+        detail_type,
+        {
+            # A key can be added again once removed: each addition is its own (createdAt).
+            "eventId": event_id(detail_type, new.tenant_id, new.site_id, new.ek_sha256, new.created_at),
+            "occurredAt": new.created_at,
+            "tenantId": new.tenant_id,
+            "siteId": new.site_id,
+            "poolId": None,
+            "ekPublicKeySha256": new.ek_sha256,
+            "addedFrom": new.added_from,
+            "state": "allowed",
+            "decidedBy": new.created_by,
+        },
+    )
+
+
+def _removal_event(old: Removal | None, new: Removal) -> Event | None:
+    if old is not None:
+        return None
+    subject = "entryId" if new.kind == "discovery-entry" else "ekPublicKeySha256"
+    detail_type = f"security.{new.kind}.removed"
+    return Event(
+        detail_type,
+        {
+            # The addition it ends (addedAt) tells apart two removals of one re-added TPM key.
+            "eventId": event_id(detail_type, new.tenant_id, new.site_id, new.subject_id, new.added_at),
+            "occurredAt": new.removed_at,
+            "tenantId": new.tenant_id,
+            "siteId": new.site_id,
+            "poolId": None,
+            subject: new.subject_id,
+            "state": "removed",
+            "addedAt": new.added_at,
+            "decidedBy": new.removed_by,
+        },
+    )
+
+
+# Each image type and the event it makes (old None: the item is new).
+_BUILDERS: dict[type[Any], Any] = {
+    RequestImage: _request_event,
+    MachineImage: _machine_event,
+    ClusterNode: _cluster_event,
+    JoinToken: _token_event,
+    ApiKey: _api_key_event,
+    Pool: _pool_event,
+    ClusterKey: _cluster_key_event,
+    DiscoveryEntry: _discovery_event,
+    AllowedKey: _tpm_key_event,
+    Removal: _removal_event,
+}
+
+
 def from_stream_record(record: Mapping[str, Any]) -> Event | None:
-    """The event a stream record carries, if it is a security transition."""
+    """The event a stream record carries, if it is a security transition. Raises when the record
+    cannot be read (see `publish_stream_batch`)."""
     change = stream.change_of(record)
     if change is None:
         return None
     old, new = change.old, change.new
-    if isinstance(new, RequestImage):
-        event = _request_event(old if isinstance(old, RequestImage) else None, new)
-    elif isinstance(new, MachineImage):
-        event = _machine_event(old if isinstance(old, MachineImage) else None, new)
-    else:
-        event = _cluster_event(old if isinstance(old, ClusterNode) else None, new)
+    build = _BUILDERS[type(new)]
+    event: Event | None = build(old if type(old) is type(new) else None, new)
     if event is None:
         return None
     return Event(event.detail_type, event.detail, change.sequence)
@@ -185,9 +428,15 @@ class EventBridgePublisher:
                     pending = [
                         e for e, r in zip(pending, response["Entries"], strict=True) if r.get("ErrorCode")
                     ]
-                except Exception:
+                except Exception as error:
                     # Any failure of the call (throttling, outage): retry, then report the batch.
-                    logger.warning("PutEvents failed (attempt %d)", attempt + 1, exc_info=True)
+                    observe.log(
+                        "WARNING",
+                        "PutEvents failed",
+                        attempt=attempt + 1,
+                        events=len(pending),
+                        error=type(error).__name__,
+                    )
                 if not pending:
                     break
                 time.sleep(self.backoff * (2**attempt))
@@ -196,15 +445,64 @@ class EventBridgePublisher:
             raise PublishFailed(failed)
 
 
+def _set_aside(record: Mapping[str, Any], error: Exception) -> None:
+    """A record that can never be decoded: say which (keys only: the image may hold anything),
+    count it for the alarm, and let the shard move on."""
+    keys: dict[str, Any] = stream.keys_of(record)
+    observe.log("ERROR", "stream record set aside", error=type(error).__name__, **keys)
+    observe.count("RecordsSetAside", outcome="undecodable")
+
+
 def publish_stream_batch(records: Iterable[Mapping[str, Any]], publisher: Publisher) -> list[str]:
     """Publish a stream batch's events; the sequence numbers to report as failed (the first failed
-    record and every record after it, so order is kept when the stream redelivers)."""
+    record and every record after it, so order is kept when the stream redelivers).
+
+    Two kinds of trouble, told apart because they want opposite answers. A record that cannot be
+    decoded fails the same way every time (decoding reads nothing but the record: no I/O, nothing
+    transient), so retrying it would hold its shard until the stream drops it 24 h later, with every
+    record behind it: it is set aside (`_set_aside`) and the batch goes on. A publish that failed is
+    transient (EventBridge throttled or down): its record and every one after it are reported, so
+    the stream redelivers them, in order, until they are published."""
     ordered = list(records)
-    events = [e for e in (from_stream_record(r) for r in ordered) if e is not None]
+    events: list[Event] = []
+    for record in ordered:
+        try:
+            event = from_stream_record(record)
+        except Exception as error:  # any decoding error is a bug or corrupt data, never transient
+            _set_aside(record, error)
+            continue
+        if event is not None:
+            events.append(event)
+    failed: list[Event] = []
     try:
         publisher.publish(events)
-        return []
     except PublishFailed as failure:
-        sequences = [stream.sequence_of(r) for r in ordered]
-        first = min(sequences.index(e.sequence) for e in failure.failed)
-        return sequences[first:]
+        failed = failure.failed
+    _count_published(ordered, events, failed)
+    if not failed:
+        return []
+    sequences = [stream.sequence_of(r) for r in ordered]
+    first = min(sequences.index(e.sequence) for e in failed)
+    return sequences[first:]
+
+
+def _count_published(records: list[Mapping[str, Any]], events: list[Event], failed: list[Event]) -> None:
+    """EventsPublished and EventsFailed, PublisherLag (the oldest published record's age: what an
+    operator wants to know is how far behind the slowest event is), and AdminActions by action.
+    Counted per delivery: an event published again after a redelivery counts again."""
+    not_published = {id(e) for e in failed}
+    published = [e for e in events if id(e) not in not_published]
+    if published:
+        observe.count("EventsPublished", len(published), outcome="published")
+        created = {stream.sequence_of(r): stream.created_epoch_of(r) for r in records}
+        ages = [time.time() - at for at in (created.get(e.sequence) for e in published) if at is not None]
+        if ages:
+            # ApproximateCreationDateTime is whole seconds: a lag under a second reads 0 to 1000 ms.
+            observe.count("PublisherLag", max(0.0, max(ages)) * 1000, outcome="published")
+        actions = Counter(
+            e.detail_type.removeprefix("security.") for e in published if e.detail_type.startswith(ADMIN)
+        )
+        for action, n in sorted(actions.items()):
+            observe.count("AdminActions", n, outcome=action)
+    if failed:
+        observe.count("EventsFailed", len(failed), outcome="failed")

@@ -267,6 +267,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         created_at=now,
         updated_at=now,
+        created_by=principal.key_id,
     )
     try:
         pools_db.create(pool)
@@ -300,7 +301,9 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         remove_cluster="cluster" in given and request.cluster is None,
     )
     try:
-        pool = pools_db.update_active(request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()))
+        pool = pools_db.update_active(
+            request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()), by=principal.key_id
+        )
     except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None
@@ -313,7 +316,9 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
 def archive(principal: Principal, request: PoolRef) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
     try:
-        pool = pools_db.archive(request.tenantId, request.poolId, clock.rfc3339(clock.now()))
+        pool = pools_db.archive(
+            request.tenantId, request.poolId, clock.rfc3339(clock.now()), by=principal.key_id
+        )
     except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None

@@ -1,7 +1,9 @@
 """Clusters in the table: cluster keys, member nodes and the guest-identity registry.
 
 - key      `CLUSTERKEY#<keyId>` / `CLUSTERKEY`: keyId, tenantId, poolId, siteId, secretSha256,
-           state (`active`|`rotated`), createdAt, and once rotated rotatedAt and a `ttl`. The pool
+           state (`active`|`rotated`), createdAt, createdBy (the API key that issued it),
+           previousKeyId (the key it replaced), and once rotated rotatedAt and a `ttl`. Its stream
+           INSERT is the `security.cluster-key.rotated` event. The pool
            item names its current key in `clusterKeyId`; a rotation writes the new key item,
            repoints the pool and marks the old key item rotated in one transaction.
 - node     `CLUSTERNODE#<tenantId>#<poolId>` / `NODE#<nodeId>`: tenantId, siteId, poolId, nodeId,
@@ -49,6 +51,8 @@ class ClusterKey(NamedTuple):
     created_at: str
     rotated_at: str | None = None
     ttl: int | None = None
+    created_by: str | None = None  # the operator API key that issued it
+    previous_key_id: str | None = None  # the key this one replaced (None: the pool's first)
 
     @classmethod
     def from_item(cls, item: Item) -> ClusterKey:
@@ -62,6 +66,8 @@ class ClusterKey(NamedTuple):
             created_at=item["createdAt"],
             rotated_at=item.get("rotatedAt"),
             ttl=item.get("ttl"),
+            created_by=item.get("createdBy"),
+            previous_key_id=item.get("previousKeyId"),
         )
 
     def to_item(self) -> Item:
@@ -78,6 +84,8 @@ class ClusterKey(NamedTuple):
             "createdAt": self.created_at,
             "rotatedAt": self.rotated_at,
             "ttl": self.ttl,
+            "createdBy": self.created_by,
+            "previousKeyId": self.previous_key_id,
         }
 
 
@@ -336,6 +344,8 @@ def rotate_key(pool: Pool, new: ClusterKey, *, rotated_ttl: int) -> None:
     concurrent rotations serialise), the previous key item marked rotated. Contended when the pool
     was rotated or archived meanwhile, or a transaction was in flight."""
     previous = pool.cluster_key_id
+    # The new key's item names the key it replaces: its INSERT is the whole rotation's event.
+    new = new._replace(previous_key_id=previous)
     values: dict[str, Any] = {":key": new.key_id, ":now": new.created_at, ":active": "active"}
     if previous:
         values[":previous"] = previous

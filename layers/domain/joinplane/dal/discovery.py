@@ -7,7 +7,9 @@
 
 Entries sort before index items, so a listing that reaches an `ID#` item has reached the end. An
 entry and its index items are written and deleted in one transaction: no reader ever sees an index
-item without its entry, nor an entry whose identifiers another entry also claims.
+item without its entry, nor an entry whose identifiers another entry also claims. The removing
+transaction also records who removed the entry (`joinplane.dal.removals`): a deletion's stream
+record cannot say.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from joinplane import deadline
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
+from joinplane.dal.removals import Removal
 from joinplane.errors import Unavailable
 
 # A transaction that lost to a concurrent one on the same items is cancelled without a verdict on
@@ -188,10 +191,25 @@ def get(tenant_id: str, site_id: str, entry_id: str) -> DiscoveryEntry | None:
     return DiscoveryEntry.from_item(item) if item else None
 
 
-def remove(entry: DiscoveryEntry) -> None:
-    """The entry and its index items; EntryGone when a concurrent remove got there first."""
+def remove(entry: DiscoveryEntry, *, by: str, now: str, now_epoch: int) -> None:
+    """The entry and its index items, and the record of `by` removing it; EntryGone when a
+    concurrent remove got there first."""
     pk, sk = entry_key(entry.tenant_id, entry.site_id, entry.entry_id)
-    writes = [dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="entry")]
+    removal = Removal(
+        kind="discovery-entry",
+        tenant_id=entry.tenant_id,
+        site_id=entry.site_id,
+        subject_id=entry.entry_id,
+        added_at=entry.created_at,
+        added_by=entry.created_by,
+        removed_at=now,
+        removed_by=by,
+        ttl=now_epoch + removals.RETENTION_SECONDS,
+    )
+    writes = [
+        dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="entry"),
+        removal.write(),
+    ]
     for kind, value in entry.identifiers:
         index_pk, index_sk = index_key(entry.tenant_id, entry.site_id, kind, value)
         writes.append(

@@ -1,7 +1,9 @@
 """Pools and sites in the table.
 
 - Pool: `TENANT#<tenantId>` / `POOL#<poolId>`. `version` is bumped by every change: joins cache
-  pools per container and condition their transaction on it (`is_current`).
+  pools per container and condition their transaction on it (`is_current`). Each change also
+  stores the acting API key (`createdBy`, `updatedBy`, `archivedBy`) in the same write, which is
+  how the stream's `security.pool.*` events name who acted.
 - Site marker: `TENANT#<tenantId>` / `SITE#<siteId>`, written in the pool's creating transaction, so
   a site exists once a pool names it. Sites sort after pools in the tenant's partition.
 """
@@ -183,6 +185,9 @@ class Pool(NamedTuple):
     # The cluster key that opens this pool to Sylve nodes (joinplane.dal.clusters), once issued.
     cluster_key_id: str | None = None
     cluster_key_rotated_at: str | None = None
+    created_by: str | None = None
+    updated_by: str | None = None  # the key of the last change (update or archive)
+    archived_by: str | None = None
 
     @property
     def active(self) -> bool:
@@ -212,6 +217,9 @@ class Pool(NamedTuple):
             archived_at=item.get("archivedAt"),
             cluster_key_id=item.get("clusterKeyId"),
             cluster_key_rotated_at=item.get("clusterKeyRotatedAt"),
+            created_by=item.get("createdBy"),
+            updated_by=item.get("updatedBy"),
+            archived_by=item.get("archivedBy"),
         )
 
     def to_item(self) -> Item:
@@ -235,6 +243,9 @@ class Pool(NamedTuple):
             "archivedAt": self.archived_at,
             "clusterKeyId": self.cluster_key_id,
             "clusterKeyRotatedAt": self.cluster_key_rotated_at,
+            "createdBy": self.created_by,
+            "updatedBy": self.updated_by,
+            "archivedBy": self.archived_by,
         }
 
 
@@ -319,10 +330,10 @@ class PoolChanges(NamedTuple):
         return replaced
 
 
-def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str) -> Pool:
-    """Apply the changes to an active pool and bump its version. PoolLost when the pool is absent
-    or archived."""
-    attributes = {**changes.attributes(), "updatedAt": now}
+def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str, *, by: str) -> Pool:
+    """Apply the changes to an active pool and bump its version, naming `by` as who changed it.
+    PoolLost when the pool is absent or archived."""
+    attributes = {**changes.attributes(), "updatedAt": now, "updatedBy": by}
     names = {f"#f{i}": name for i, name in enumerate(attributes)}
     values: dict[str, Any] = {
         f":v{i}": value for i, value in enumerate(attributes.values()) if value is not None
@@ -344,15 +355,19 @@ def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str) 
     return Pool.from_item(item)
 
 
-def archive(tenant_id: str, pool_id: str, now: str) -> Pool:
-    """Archive an active pool; PoolLost when it is absent or already archived."""
+def archive(tenant_id: str, pool_id: str, now: str, *, by: str) -> Pool:
+    """Archive an active pool, naming `by` as who archived it; PoolLost when it is absent or
+    already archived."""
     try:
         item = dynamo.update(
             *pool_key(tenant_id, pool_id),
-            update="SET #state = :archived, archivedAt = :now, updatedAt = :now, version = version + :one",
+            update=(
+                "SET #state = :archived, archivedAt = :now, archivedBy = :by, updatedAt = :now,"
+                " updatedBy = :by, version = version + :one"
+            ),
             condition="#state = :active",
             names={"#state": "state"},
-            values={":archived": "archived", ":now": now, ":active": "active", ":one": 1},
+            values={":archived": "archived", ":now": now, ":by": by, ":active": "active", ":one": 1},
         )
     except dynamo.ConditionFailed as lost:
         raise PoolLost(Pool.from_item(lost.current) if lost.current else None) from None

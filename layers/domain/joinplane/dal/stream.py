@@ -1,9 +1,13 @@
 """The table's stream, read as changes of the items security events are made from: join requests,
-machines and cluster nodes (old and new image, NEW_AND_OLD_IMAGES).
+machines and cluster nodes, and what operators administer: join tokens, API keys, pools, cluster
+keys, discovery entries, TPM allow-list keys and the records of their removal (old and new image,
+NEW_AND_OLD_IMAGES). template.yaml's FilterCriteria passes exactly these items to the publisher.
 
 The images are read tolerantly: the publisher's contract (shared/samples' stream records) holds
 images with only the attributes it reads, so every attribute but an item's id may be absent. They
 read through their records' attribute tables (dal.items), so a stored name is written only there.
+The administered items are read by their records' own `from_item`: no sample holds partial
+images of them, and a record that cannot be read is set aside by the publisher, not guessed at.
 """
 
 from __future__ import annotations
@@ -11,9 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from joinplane.dal import dynamo, items, machines, requests
-from joinplane.dal.clusters import ClusterNode
+from joinplane.dal import dynamo, items, machines, removals, requests
+from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.clusters import ClusterKey, ClusterNode
+from joinplane.dal.discovery import DiscoveryEntry
 from joinplane.dal.dynamo import Item
+from joinplane.dal.pools import Pool
+from joinplane.dal.removals import Removal
+from joinplane.dal.tokens import JoinToken
+from joinplane.dal.tpm_allow import AllowedKey
 
 
 def _image_fields(image: type[Any], stored: dict[str, Any]) -> dict[str, Any]:
@@ -64,13 +74,43 @@ class MachineImage(NamedTuple):
         return cls(**_image_fields(cls, items.read(item, machines.ATTRIBUTES, ("machine_id",))))
 
 
-Image = RequestImage | MachineImage | ClusterNode
+Image = (
+    RequestImage
+    | MachineImage
+    | ClusterNode
+    | JoinToken
+    | ApiKey
+    | ClusterKey
+    | Pool
+    | DiscoveryEntry
+    | AllowedKey
+    | Removal
+)
 
 _BY_PREFIX: dict[str, Callable[[Item], Image]] = {
     "JREQ#": RequestImage.from_item,
     "MACHINE#": MachineImage.from_item,
     "CLUSTERNODE#": ClusterNode.from_item,
+    "JOINTOKEN#": JoinToken.from_item,
+    "APIKEY#": ApiKey.from_item,
+    "CLUSTERKEY#": ClusterKey.from_item,
+    removals.PREFIX: Removal.from_item,
 }
+
+
+def _decoder(pk: str, sk: str) -> Callable[[Item], Image] | None:
+    """How to read an item of these keys, or None when no event is made of it."""
+    decode = next((decode for prefix, decode in _BY_PREFIX.items() if pk.startswith(prefix)), None)
+    if decode is not None:
+        return decode
+    # Items kept in their owner's partition: told apart by the partition's shape and the sort key.
+    if pk.startswith("TENANT#") and sk.startswith("POOL#"):
+        return Pool.from_item
+    if pk.startswith("SITE#") and pk.endswith("#DISCOVERY") and sk.startswith("ENTRY#"):
+        return DiscoveryEntry.from_item
+    if pk.startswith("SITE#") and pk.endswith("#TPMALLOW") and sk.startswith("EK#"):
+        return AllowedKey.from_item
+    return None
 
 
 class Change(NamedTuple):
@@ -84,16 +124,42 @@ def sequence_of(record: Mapping[str, Any]) -> str:
     return str(record.get("dynamodb", {}).get("SequenceNumber", ""))
 
 
+def created_epoch_of(record: Mapping[str, Any]) -> float | None:
+    """When DynamoDB wrote the change (epoch seconds), if the record says."""
+    created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+    return float(created) if isinstance(created, int | float) else None
+
+
+def keys_of(record: Mapping[str, Any]) -> dict[str, str]:
+    """What names a record without showing its contents: the item's pk and sk (as strings), the
+    record's eventID, eventName and sequence number. Never raises, whatever the record holds."""
+    named: dict[str, str] = {}
+    try:
+        data = record.get("dynamodb") or {}
+        for name, raw in (data.get("Keys") or {}).items():
+            if name in ("pk", "sk") and isinstance(raw, Mapping):
+                named[name] = str(raw.get("S", raw))[:256]
+        for field in ("eventID", "eventName"):
+            if record.get(field) is not None:
+                named[field] = str(record[field])[:128]
+        if data.get("SequenceNumber") is not None:
+            named["sequenceNumber"] = str(data["SequenceNumber"])[:64]
+    except (AttributeError, TypeError):
+        pass  # not even a mapping: the caller logs what it could get
+    return named
+
+
 def change_of(record: Mapping[str, Any]) -> Change | None:
     """The change a stream record carries, if it is a write (not a deletion) of an item security
     events are made from."""
     data = record.get("dynamodb", {})
     new_raw = data.get("NewImage")
     if not new_raw:
-        return None  # a deletion (TTL or cleanup) is not a security decision
+        # A deletion names no actor: TTL clean-up, or a removal whose actor its removal record
+        # (dal.removals) carries.
+        return None
     new = dynamo.deserialize(new_raw)
-    pk = str(new.get("pk", ""))
-    decode = next((decode for prefix, decode in _BY_PREFIX.items() if pk.startswith(prefix)), None)
+    decode = _decoder(str(new.get("pk", "")), str(new.get("sk", "")))
     if decode is None:
         return None
     old = decode(dynamo.deserialize(data["OldImage"])) if data.get("OldImage") else None

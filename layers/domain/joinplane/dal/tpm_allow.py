@@ -1,12 +1,15 @@
 """TPM allow-lists in the table: `SITE#<tenantId>#<siteId>#TPMALLOW` / `EK#<sha256>`, one item per
-endorsement key; the partition holds nothing else, so a listing is one Query in hash order."""
+endorsement key; the partition holds nothing else, so a listing is one Query in hash order. A
+removal deletes the key and, in the same transaction, records who removed it
+(`joinplane.dal.removals`): a deletion's stream record cannot say."""
 
 from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
+from joinplane.dal.removals import Removal
 from joinplane.errors import Unavailable
 
 
@@ -79,12 +82,37 @@ def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
     return dynamo.get(*key_of(tenant_id, site_id, ek_sha256)) is not None
 
 
-def remove(key: AllowedKey) -> None:
-    """KeyGone when a concurrent remove got there first."""
+def remove(key: AllowedKey, *, by: str, now: str, now_epoch: int) -> None:
+    """The key, and the record of `by` removing it; KeyGone when a concurrent remove got there
+    first."""
     pk, sk = key_of(key.tenant_id, key.site_id, key.ek_sha256)
+    removal = Removal(
+        kind="tpm-key",
+        tenant_id=key.tenant_id,
+        site_id=key.site_id,
+        subject_id=key.ek_sha256,
+        added_at=key.created_at,
+        added_by=key.created_by,
+        removed_at=now,
+        removed_by=by,
+        ttl=now_epoch + removals.RETENTION_SECONDS,
+    )
     try:
-        # No bare DeleteItem in joinplane.dal.dynamo; a one-action transaction is a conditional delete.
-        dynamo.transact([dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="key")])
+        dynamo.transact(
+            [
+                # Conditioned on the very addition read (createdAt): a key removed and added again
+                # meanwhile is another addition, which this removal did not look at.
+                dynamo.Write(
+                    "Delete",
+                    pk=pk,
+                    sk=sk,
+                    condition="createdAt = :added",
+                    values={":added": key.created_at},
+                    name="key",
+                ),
+                removal.write(),
+            ]
+        )
     except dynamo.TransactionCanceled as cancelled:
         if cancelled.lost("key"):
             raise KeyGone(key.ek_sha256) from None
