@@ -56,6 +56,11 @@ def record(old: dict[str, Any] | None, new: dict[str, Any] | None, sequence: str
 
 
 def transitions() -> list[tuple[str, dict | None, dict]]:
+    """Every transition that publishes, one per detail-type at least (the admin ones included)."""
+    return machine_transitions() + admin_transitions()
+
+
+def machine_transitions() -> list[tuple[str, dict | None, dict]]:
     approved = {
         **REQUEST,
         "state": "approved",
@@ -117,4 +122,170 @@ def transitions() -> list[tuple[str, dict | None, dict]]:
                 "joinedAt": "2026-11-30T10:00:00Z",
             },
         ),
+    ]
+
+
+# --- what operators administer -------------------------------------------------------------------
+
+ACTOR = "key_01m8nyzdwtnzdtnbrhz7qbzdv5"  # the operator API key that acts (an id, never a secret)
+TOKEN = {
+    "pk": "JOINTOKEN#jtok_01m8nyzdwtnzdtnbrhz7qbzdv6",
+    "sk": "JOINTOKEN",
+    "gsi1pk": "TENANT#acme#POOL#gpu#JOINTOKENS",
+    "gsi1sk": "jtok_01m8nyzdwtnzdtnbrhz7qbzdv6",
+    "tokenId": "jtok_01m8nyzdwtnzdtnbrhz7qbzdv6",
+    "tenantId": "acme",
+    "siteId": "s1",
+    "poolId": "gpu",
+    "secretSha256": "9f" * 32,
+    "description": "rack 4",
+    "state": "active",
+    "expiresAt": "2026-12-01T10:00:00Z",
+    "expiresAtEpoch": 1796119200,
+    "maxUses": 5,
+    "usesRemaining": 5,
+    "requireApproval": False,
+    "attestation": {"discovery": "off", "tpm": "off", "identity": "key"},
+    "createdAt": "2026-11-30T10:00:00Z",
+    "createdBy": ACTOR,
+    "ttl": 1799143200,
+}
+API_KEY = {
+    "pk": "APIKEY#key_01m8nyzdwtnzdtnbrhz7qbzdv7",
+    "sk": "APIKEY",
+    "gsi1pk": "TENANT#acme#APIKEYS",
+    "gsi1sk": "key_01m8nyzdwtnzdtnbrhz7qbzdv7",
+    "keyId": "key_01m8nyzdwtnzdtnbrhz7qbzdv7",
+    "tenantId": "acme",
+    "grants": ["compute:pools:read@compute-pool/gpu"],
+    "description": "ci",
+    "secretSha256": "8e" * 32,
+    "state": "active",
+    "createdAt": "2026-11-30T10:00:00Z",
+    "createdBy": ACTOR,
+}
+POOL = {
+    "pk": "TENANT#acme",
+    "sk": "POOL#gpu",
+    "tenantId": "acme",
+    "poolId": "gpu",
+    "siteId": "s1",
+    "name": "GPU",
+    "workspaceId": "w",
+    "state": "active",
+    "bootstrap": {"billing": {"usageToken": "usage-secret"}},
+    "joinRequestTtlSeconds": 86400,
+    "certificateTtlSeconds": 86400,
+    "createdAt": "2026-11-30T10:00:00Z",
+    "updatedAt": "2026-11-30T10:00:00Z",
+    "version": 1,
+    "createdBy": ACTOR,
+}
+CLUSTER_KEY = {
+    "pk": "CLUSTERKEY#ckey_01m8nyzdwtnzdtnbrhz7qbzdv8",
+    "sk": "CLUSTERKEY",
+    "keyId": "ckey_01m8nyzdwtnzdtnbrhz7qbzdv8",
+    "tenantId": "acme",
+    "poolId": "gpu",
+    "siteId": "s1",
+    "secretSha256": "7d" * 32,
+    "state": "active",
+    "createdAt": "2026-11-30T10:10:00Z",
+    "createdBy": ACTOR,
+    "previousKeyId": "ckey_01m8nyzdwtnzdtnbrhz7qbzdv9",
+}
+ENTRY = {
+    "pk": "SITE#acme#s1#DISCOVERY",
+    "sk": "ENTRY#disc_01m8nyzdwtnzdtnbrhz7qbzdva",
+    "entryId": "disc_01m8nyzdwtnzdtnbrhz7qbzdva",
+    "tenantId": "acme",
+    "siteId": "s1",
+    "serialNumber": "PF2ABCDE",
+    "macAddresses": ["00:1a:2b:3c:4d:5e"],
+    "hostname": "node-4",
+    "description": "",
+    "createdAt": "2026-11-30T10:00:00Z",
+    "createdBy": ACTOR,
+}
+EK = {
+    "pk": "SITE#acme#s1#TPMALLOW",
+    "sk": "EK#" + "ab" * 32,
+    "tenantId": "acme",
+    "siteId": "s1",
+    "ekPublicKeySha256": "ab" * 32,
+    "addedFrom": "hash",
+    "description": "",
+    "createdAt": "2026-11-30T10:00:00Z",
+    "createdBy": ACTOR,
+}
+
+
+def removal(kind: str, subject: str, added: dict[str, Any]) -> dict[str, Any]:
+    sk = ("ENTRY#" if kind == "discovery-entry" else "EK#") + subject
+    return {
+        "pk": "REMOVED#acme#s1",
+        "sk": sk if kind == "discovery-entry" else f"{sk}#{added['createdAt']}",
+        "kind": kind,
+        "tenantId": "acme",
+        "siteId": "s1",
+        "subjectId": subject,
+        "addedAt": added["createdAt"],
+        "addedBy": added["createdBy"],
+        "removedAt": "2026-11-30T11:00:00Z",
+        "removedBy": ACTOR,
+        "ttl": 1796727600,
+    }
+
+
+def admin_transitions() -> list[tuple[str, dict | None, dict]]:
+    revoked = {"state": "revoked", "revokedAt": "2026-11-30T11:00:00Z", "revokedBy": ACTOR}
+    return [
+        ("security.join-token.created", None, TOKEN),
+        ("security.join-token.revoked", TOKEN, {**TOKEN, **revoked}),
+        ("security.api-key.created", None, API_KEY),
+        ("security.api-key.revoked", API_KEY, {**API_KEY, **revoked}),
+        ("security.pool.created", None, POOL),
+        (
+            "security.pool.updated",
+            POOL,
+            {
+                **POOL,
+                "name": "GPU racks",
+                "bootstrap": {"billing": {"usageToken": "rotated-secret"}},
+                "version": 2,
+                "updatedAt": "2026-11-30T10:30:00Z",
+                "updatedBy": ACTOR,
+            },
+        ),
+        (
+            "security.pool.archived",
+            POOL,
+            {
+                **POOL,
+                "state": "archived",
+                "version": 2,
+                "archivedAt": "2026-11-30T12:00:00Z",
+                "archivedBy": ACTOR,
+                "updatedAt": "2026-11-30T12:00:00Z",
+                "updatedBy": ACTOR,
+            },
+        ),
+        ("security.cluster-key.rotated", None, CLUSTER_KEY),
+        ("security.discovery-entry.registered", None, ENTRY),
+        ("security.discovery-entry.removed", None, removal("discovery-entry", ENTRY["entryId"], ENTRY)),
+        ("security.tpm-key.allowed", None, EK),
+        ("security.tpm-key.removed", None, removal("tpm-key", EK["ekPublicKeySha256"], EK)),
+    ]
+
+
+def admin_non_transitions() -> list[tuple[dict, dict]]:
+    """Writes to administered items that are no security transition: no event."""
+    return [
+        (TOKEN, {**TOKEN, "usesRemaining": 4}),  # a join spent a use
+        (POOL, {**POOL, "clusterKeyId": CLUSTER_KEY["keyId"], "clusterKeyRotatedAt": "x"}),  # the rotation's
+        (
+            CLUSTER_KEY,
+            {**CLUSTER_KEY, "state": "rotated", "rotatedAt": "2026-11-30T11:00:00Z", "ttl": 1},
+        ),  # retired by the next rotation, whose new key's INSERT is the event
+        ({**API_KEY, "state": "revoked"}, {**API_KEY, "state": "revoked", "description": "x"}),
     ]
