@@ -196,6 +196,18 @@ def _seed(log: TextIO, url: str) -> tuple[str | None, DevTenant | None]:
     return key, dev
 
 
+def _check_parameters(template_path: Path, parameters: Mapping[str, str]) -> None:
+    """Refuse what CloudFormation would refuse, before anything starts: a parameter the template
+    does not declare, or values its `Rules` reject (a webhook URL without its header value)."""
+    document = load(template_path)
+    unknown = sorted(set(parameters) - set(document.get("Parameters") or {}))
+    if unknown:
+        raise ValueError(f"the template has no parameter {', '.join(unknown)}")
+    broken = Template(document, Names(parameters=dict(parameters))).broken_rules()
+    if broken:
+        raise ValueError("; ".join(broken))
+
+
 def start_runtime(
     *,
     port: int = 0,
@@ -226,6 +238,7 @@ def start_runtime(
     if mode != "aws" and (stack_name or table_name or event_bus_name):
         raise ValueError("stack_name, table_name and event_bus_name are only for aws mode")
     out = log or sys.stderr
+    _check_parameters(template_path, parameters or {})
     seed = mode != "aws" if seed is None else seed
     run_workers = mode != "aws" if workers is None else workers
 
@@ -254,9 +267,6 @@ def start_runtime(
         clients = client_factory(endpoint_url, region)
 
         document = load(template_path)
-        unknown = sorted(set(parameters or {}) - set(document.get("Parameters") or {}))
-        if unknown:
-            raise ValueError(f"the template has no parameter {', '.join(unknown)}")
         names = Names(region=region, parameters=dict(parameters or {}))
         if mode == "aws":
             names.account = clients("sts").get_caller_identity()["Account"]

@@ -176,6 +176,21 @@ class Template:
                 return str(left) == str(right)
         raise ValueError(f"condition {expression!r} cannot be evaluated locally")
 
+    def broken_rules(self) -> list[str]:
+        """The `Rules` section's failed assertions (their descriptions), as CloudFormation would
+        refuse the stack for them. A rule using a function not emulated here is not checked."""
+        broken = []
+        for name, rule in (self.document.get("Rules") or {}).items():
+            try:
+                if "RuleCondition" in rule and not self._holds(rule["RuleCondition"]):
+                    continue
+                for assertion in rule.get("Assertions") or []:
+                    if not self._holds(assertion["Assert"]):
+                        broken.append(f"{name}: {assertion.get('AssertDescription', 'assertion failed')}")
+            except ValueError:
+                continue
+        return broken
+
     def included(self, logical_id: str) -> bool:
         """Whether the resource exists in this run: it has no `Condition`, or its condition holds."""
         condition = self.resources[logical_id].get("Condition")

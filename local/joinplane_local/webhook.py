@@ -18,7 +18,8 @@ this module holds what it applies to each event:
   are retried (after the longer of the backoff and `Retry-After`); any other status is a failure
   that is not retried.
 
-Not emulated: OAuth connections, invocation rate limits, `HttpParameters` of the target.
+`InvocationRateLimitPerSecond` spaces the requests out (one consumer, one request at a time).
+Not emulated: OAuth connections, `HttpParameters` of the target, requests in parallel.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ class ApiDestinationTarget:
     input_path: str | None
     retry: RetryPolicy
     dead_letter_queue: str | None  # the DLQ's queue name
+    rate_limit: float | None = None  # InvocationRateLimitPerSecond
 
     def describe(self) -> str:
         parts = urlsplit(self.endpoint)
@@ -239,6 +241,9 @@ def api_destination_targets(template: Template) -> list[ApiDestinationTarget]:
                         float(retry.get("MaximumEventAgeInSeconds", DEFAULT_EVENT_AGE_SECONDS)),
                     ),
                     dead_letter_queue=_queue_name(template, dead_letter) if dead_letter else None,
+                    rate_limit=float(destination_props["InvocationRateLimitPerSecond"])
+                    if destination_props.get("InvocationRateLimitPerSecond")
+                    else None,
                 )
             )
     return targets

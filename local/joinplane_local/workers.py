@@ -626,6 +626,7 @@ class ApiDestinationConsumer(_Loop):
         self.delivered = 0
         self.dead_letters: list[dict[str, Any]] = []  # what went to the DLQ, as sent
         self.in_flight = 0
+        self._last_request = -math.inf
 
     def describe(self) -> str:
         return self.target.describe()
@@ -716,6 +717,11 @@ class ApiDestinationConsumer(_Loop):
             except ValueError as error:  # a JSON path the emulation cannot read: no attempt can succeed
                 outcome = Outcome(False, False, "InputTransformerError", str(error))
             else:
+                if self.target.rate_limit:
+                    self._stop.wait(
+                        max(0.0, self._last_request + 1 / self.target.rate_limit - time.monotonic())
+                    )
+                self._last_request = time.monotonic()
                 outcome = deliver(self.target, body)
             held.attempts += 1
             if outcome.delivered:

@@ -30,11 +30,18 @@ FIXTURE_TEMPLATE = Path(__file__).resolve().parents[1] / "local" / "fixtures" / 
 
 @contextmanager
 def local_runtime(
-    *, template_path: Path = TEMPLATE, seed: bool = True, log: TextIO | None = None
+    *,
+    template_path: Path = TEMPLATE,
+    seed: bool = True,
+    log: TextIO | None = None,
+    parameters: dict[str, str] | None = None,
 ) -> Iterator[Runtime]:
     """`make run`'s runtime (the project's template, seeded with the dev tenant's admin key) unless
-    told otherwise, on a free port; stopped, and its tables deleted, when the block ends."""
-    with start_runtime(port=0, template_path=template_path, seed=seed, log=log or io.StringIO()) as running:
+    told otherwise, on a free port; stopped, and its tables deleted, when the block ends.
+    `parameters` set template parameters, as `make run`'s options do (e.g. `WebhookUrl`)."""
+    with start_runtime(
+        port=0, template_path=template_path, seed=seed, log=log or io.StringIO(), parameters=parameters
+    ) as running:
         yield running
 
 
