@@ -284,10 +284,11 @@ ERROR: Schema = {
 GATEWAY_MESSAGE: Schema = {
     "type": "object",
     "description": "API Gateway's own answer, given before any function runs (e.g. 401 "
-    "`Unauthorized` when the request has no `Authorization` header for the authorizer to read).",
+    "`Unauthorized` when the request has no `Authorization` header for the authorizer to read, 429 "
+    "`Too Many Requests` over a throttle).",
     "required": ["message"],
     "additionalProperties": False,
-    "properties": {"message": {"type": "string", "examples": ["Unauthorized"]}},
+    "properties": {"message": {"type": "string", "examples": ["Unauthorized", "Too Many Requests"]}},
 }
 
 RETRY_AFTER = {
@@ -297,6 +298,30 @@ RETRY_AFTER = {
         "schema": {"type": "string", "pattern": "^[0-9]+$"},
     }
 }
+
+
+# API Gateway throttles before any function runs: the stage's token bucket for every route
+# (template.yaml's ApiRateLimit/ApiBurstLimit), and a stricter one of its own for each route anyone
+# can call. Its answer is the gateway's, whatever the route's dialect.
+ROUTE_THROTTLES = {
+    "/machines/join": "JoinRateLimit/JoinBurstLimit",
+    "/machines/renew": "JoinRateLimit/JoinBurstLimit",
+    "/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
+    "/api/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
+}
+
+
+def _throttled(path: str) -> str:
+    route = ROUTE_THROTTLES.get(path)
+    limits = (
+        f"this route's own limit ({route}) or the stage's (ApiRateLimit/ApiBurstLimit, all routes together)"
+        if route
+        else "the stage's limit (ApiRateLimit/ApiBurstLimit, all routes together)"
+    )
+    return (
+        f'Too Many Requests: API Gateway\'s `{{"message":"Too Many Requests"}}`, over {limits}, '
+        "before any function runs; nothing was done. Retry with backoff."
+    )
 
 
 def _content(ref: str) -> Schema:
@@ -1115,6 +1140,17 @@ def document() -> dict[str, Any]:
             operation = _cluster_operation(route)
         else:
             raise ValueError(f"no dialect documents {route}")
+        responses = operation["post"]["responses"]
+        gateway = "#/components/schemas/GatewayMessage"
+        if "429" in responses:  # the dialect's own RESOURCE_EXHAUSTED, or the gateway's throttle
+            own = responses["429"]
+            responses["429"] = {
+                "description": f"{own['description']}; or {_throttled(route.path)}",
+                "content": _one_of_content(own["content"][JSON]["schema"]["$ref"], gateway),
+            }
+        else:
+            responses["429"] = {"description": _throttled(route.path), "content": _content(gateway)}
+        operation["post"]["responses"] = dict(sorted(responses.items()))
         paths[route.path] = {route.method.lower(): _with_table_fields(operation["post"], route)}
     unused = set(DOCS) - {route.operation for route in ROUTES}
     if unused:
