@@ -289,3 +289,74 @@ def admin_non_transitions() -> list[tuple[dict, dict]]:
         ),  # retired by the next rotation, whose new key's INSERT is the event
         ({**API_KEY, "state": "revoked"}, {**API_KEY, "state": "revoked", "description": "x"}),
     ]
+
+
+# --- the table's own stream, as the publisher gets it ---------------------------------------------
+
+
+def publisher_filters() -> list[Any]:
+    """template.yaml's FilterCriteria of the publisher's stream, as predicates on a record."""
+    from moto.events.models import EventPattern, EventPatternParser
+
+    from joinplane_local.template import load
+
+    function = load()["Resources"]["EventPublisherFunction"]["Properties"]
+    (source,) = [e for e in function["Events"].values() if e["Type"] == "DynamoDB"]
+    patterns = [f["Pattern"] for f in source["Properties"]["FilterCriteria"]["Filters"]]
+    return [EventPattern(p, EventPatternParser(p).parse()) for p in patterns]
+
+
+def table_stream() -> list[dict[str, Any]]:
+    """Every change of the test's table that reaches the publisher, oldest first, as Lambda hands
+    it over: read from the table's stream (moto), through the template's FilterCriteria."""
+    from joinplane import aws
+    from joinplane.settings import settings
+    from joinplane_local.workers import lambda_stream_record
+
+    arn = aws.client("dynamodb").describe_table(TableName=settings().table_name)["Table"]["LatestStreamArn"]
+    streams = aws.client("dynamodbstreams")
+    filters = publisher_filters()
+    found: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = streams.get_records(ShardIterator=iterator, Limit=1000)
+            for raw in page["Records"]:
+                change = lambda_stream_record(raw, arn, "us-east-1")
+                data = change["dynamodb"]
+                # DynamoDB writes no record for a write that changed nothing; moto does.
+                if change["eventName"] == "MODIFY" and data.get("NewImage") == data.get("OldImage"):
+                    continue
+                if any(f.matches_event(change) for f in filters):
+                    found.append(change)
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    return found
+
+
+class Recorder:
+    """The publisher's EventBridge, as the audit rule sees it: each published event is recorded
+    in the audit trail (the consumer's code) and kept for the test to read."""
+
+    def __init__(self) -> None:
+        self.published: list[Any] = []
+
+    def publish(self, batch: list[Any]) -> None:
+        from joinplane import audit_trail
+
+        for event in batch:
+            audit_trail.record(
+                {"source": "joinplane", "detail-type": event.detail_type, "detail": event.detail}
+            )
+        self.published += batch
+
+
+def publish_table_stream() -> list[Any]:
+    """Run the publisher over the whole stream so far (events the audit trail already holds are
+    stored once); the events it published, oldest first."""
+    from joinplane import events
+
+    recorder = Recorder()
+    assert events.publish_stream_batch(table_stream(), recorder) == []
+    return recorder.published
