@@ -13,8 +13,16 @@ from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
 # Timestamps are whole seconds, and one transaction can make two events (a request consumed and
-# its machine joined). Within one second, events sort in causal order by this rank.
+# its machine joined). Within one second, events sort in causal order by this rank: what operators
+# set up (pools, tokens, keys, inventories) before the joins it enables, its undoing after.
 RANK = {
+    "security.pool.created": 0,
+    "security.pool.updated": 0,
+    "security.join-token.created": 0,
+    "security.api-key.created": 0,
+    "security.cluster-key.rotated": 0,
+    "security.discovery-entry.registered": 0,
+    "security.tpm-key.allowed": 0,
     "security.join-request.created": 1,
     "security.join-request.approved": 2,
     "security.join-request.rejected": 2,
@@ -23,6 +31,11 @@ RANK = {
     "security.join-request.expired": 5,
     "security.machine.revoked": 6,
     "security.cluster.node-joined": 4,
+    "security.join-token.revoked": 7,
+    "security.api-key.revoked": 7,
+    "security.discovery-entry.removed": 7,
+    "security.tpm-key.removed": 7,
+    "security.pool.archived": 8,
 }
 _UNRANKED = 9
 # A detailType filter is applied by DynamoDB after reading: at most this many reads fill a page.
