@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -56,10 +55,12 @@ def test_make_run_posts_a_pending_request_and_prints_the_decision_but_never_the_
         )
         out: list[str] = []
         err: list[str] = []
-        for stream, sink in ((process.stdout, out), (process.stderr, err)):
-            threading.Thread(
-                target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True
-            ).start()
+        readers = [
+            threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True)
+            for stream, sink in ((process.stdout, out), (process.stderr, err))
+        ]
+        for reader in readers:
+            reader.start()
         try:
             banner = wait_until(lambda: "Ctrl-C to stop." in "".join(out) and "".join(out), 60)
             url = re.search(r"Serving on (\S+)", banner).group(1)  # type: ignore[union-attr]
@@ -90,7 +91,8 @@ def test_make_run_posts_a_pending_request_and_prints_the_decision_but_never_the_
         finally:
             process.send_signal(signal.SIGINT)
             process.wait(timeout=30)
-        time.sleep(0.2)  # the readers take the last lines
+        for reader in readers:
+            reader.join(timeout=10)  # the last lines, up to the end of each stream
         stdout, stderr = "".join(out), "".join(err)
 
     # And the function's decision line went to the runtime's stdout, as CloudWatch would get it
