@@ -11,10 +11,16 @@
   again, up to the function's async retry limit (`EventInvokeConfig.MaximumRetryAttempts`, 2).
 - `Schedule`/`ScheduleV2` events: due on the `joinplane.clock`, so moving the local clock forward
   makes them run, as time passing would.
+- `AWS::Events::Rule` resources whose target is an `AWS::Events::ApiDestination` (the operators'
+  webhook, present when its `Condition` holds): a real rule on the emulated bus targeting an SQS
+  queue, drained by `ApiDestinationConsumer`, which applies the target's input transformer, makes
+  the request, retries per the target's `RetryPolicy` (event age counted from when the queue
+  received it) and sends what fails to its dead-letter queue with EventBridge's message attributes
+  (see `webhook.py`).
 
 Not emulated: BisectBatchOnFunctionError, MaximumRecordAgeInSeconds, on-failure destinations,
-ParallelizationFactor (one batch in flight per shard, as with the default of 1), and EventBridge
-target retry policies or dead-letter queues.
+ParallelizationFactor (one batch in flight per shard, as with the default of 1), and the retry
+policies and dead-letter queues of `EventBridgeRule` function events.
 """
 
 from __future__ import annotations
