@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from joinplane import observe
+from joinplane_local.template import ROOT
 from tests.support.template import (
     ALARM_TOPIC,
     PARAMETERS,
@@ -170,3 +171,18 @@ def test_the_dashboard_shows_every_metric_of_the_catalogue_and_only_those() -> N
                 assert name in observe.METRICS, name
                 shown.add(name)
     assert shown == set(observe.METRICS)
+
+
+def test_every_alarm_points_at_a_section_of_the_operating_guide() -> None:
+    # Given the guide's headings as GitHub anchors them
+    guide = (ROOT / "docs" / "operating.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", guide, re.M)
+    }
+    for name, alarm in ALARMS.items():
+        description = alarm["Properties"]["AlarmDescription"]
+        text = description if isinstance(description, str) else description["Fn::Sub"]
+        # Then the section an alarm sends the engineer to exists
+        for anchor in re.findall(r"docs/operating\.md#([a-z0-9-]+)", text):
+            assert anchor in anchors, f"{name}: no section #{anchor}"
