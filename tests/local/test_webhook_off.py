@@ -20,8 +20,11 @@ from tests.support import openssl_csr
 from tests.support.runtime import Http, local_runtime
 
 
-def test_without_a_webhook_url_there_is_no_rule_for_it(tmp_path: Path) -> None:
+def test_without_a_webhook_url_there_is_no_rule_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given `make run` started with the header's secret set but no URL: no template parameter is set
+    monkeypatch.delenv("JOINPLANE_WEBHOOK_URL", raising=False)
     args = parse_args(["--webhook-auth-header-value", "Bearer unused"])
     assert template_parameters(args) == {}
     with local_runtime(
