@@ -61,8 +61,11 @@ def test_without_a_webhook_url_there_is_no_rule_for_it(
     container.reset(keep_clients=True)
 
 
-def test_a_webhook_url_without_its_header_value_is_refused_before_anything_starts() -> None:
+def test_a_webhook_url_without_its_header_value_is_refused_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Given the template's rule WebhookNeedsAnAuthHeaderValue (CloudFormation refuses the stack)
+    monkeypatch.delenv("JOINPLANE_WEBHOOK_AUTH_HEADER_VALUE", raising=False)
     args = parse_args(["--webhook-url", "http://127.0.0.1:9/hook"])
     environment = dict(os.environ)
 
