@@ -146,9 +146,8 @@ def _told(response: Response) -> Response:
     if status == 200:
         observe.decision("join admitted", "Joins", "admitted", machineId=body.get("machineId"))
     else:
-        observe.decision(
-            "join deferred", "Joins", "deferred", requestId=body.get("joinRequest", {}).get("requestId")
-        )
+        pending = body.get("joinRequest")
+        observe.decision("join deferred", "Joins", "deferred", requestId=pending and pending["requestId"])
     return response
 
 
