@@ -1,15 +1,18 @@
 """`make bench`: cold-start cost of every function, against boto3's own.
 
-Each sample is a fresh interpreter (-I -S -B: no site-packages, no bytecode written, as on Lambda's
-read-only file system) with only the built function, the built layer and the
-boto3-only runtime on its path, as on Lambda. Two figures per function, each the median of
-SAMPLES processes:
-- import: the function module's cold import, the figure the budget is set on (clients are created
-  on first use, so this holds no client);
-- first call ready: import plus creating the DynamoDB client, what a function pays before its first
-  request can touch the table. Reported too, so nothing is hidden by creating clients lazily.
+Each sample is a fresh interpreter (-I -S: no site-packages; it reads the bytecode `make build`
+shipped) with only the built function, the built layer and the boto3-only runtime on its path, as
+on Lambda. Two figures per function, each the median of SAMPLES processes:
+- import: the function module's cold import (it makes no client: clients are created on first use);
+- import + first client: import plus creating the DynamoDB client, what a cold request pays before
+  it can touch the table. The budget is on this column, the one a user pays.
 Baseline, measured in the same run the same way: `import boto3; boto3.client("dynamodb")`.
-The budget is a ratio (import / baseline <= 1.3), never an absolute time: machines differ.
+The budget is a ratio (import + client / baseline <= 1.4), never an absolute time: machines differ.
+
+Two probe rows, outside the budget, say where a function's time goes: the baseline plus
+`import joinplane.observe` (powertools Logger and single_metric, which every HTTP function and
+the authorizer load) and the baseline plus pydantic's BaseModel (which every function validating a
+request body loads). Their difference to the baseline is what logging + metrics, and pydantic, cost.
 """
 
 from __future__ import annotations
@@ -23,26 +26,37 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / ".aws-sam" / "build"
 LAYER = BUILD / "DomainLayer" / "python"
 RUNTIME = ROOT / ".lambda-runtime"
-SAMPLES = 9
-BUDGET = 1.3
+SAMPLES = 15
+BUDGET = 1.4
 
 PROBE = """
 import sys, time
 sys.path[:0] = [p for p in sys.argv[1:4] if p]
 mode = sys.argv[4]
 t0 = time.perf_counter()
-if mode == "baseline":
-    import boto3
-    boto3.client("dynamodb")
-    t1 = t2 = time.perf_counter()
-else:
+if mode == "function":
     import app
     t1 = time.perf_counter()
     from joinplane import aws
     aws.client("dynamodb")
     t2 = time.perf_counter()
+else:
+    import boto3
+    boto3.client("dynamodb")
+    t1 = time.perf_counter()
+    if mode == "observe":
+        import joinplane.observe
+    elif mode == "pydantic":
+        from pydantic import BaseModel
+    t2 = time.perf_counter()
 print(f"{(t1 - t0) * 1000:.2f} {(t2 - t0) * 1000:.2f}")
 """
+
+# Probe rows: (label, mode); not functions, so outside the budget.
+PROBES = [
+    ("+ `import joinplane.observe` (powertools Logger + Metrics)", "observe"),
+    ("+ `from pydantic import BaseModel`", "pydantic"),
+]
 
 ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
@@ -51,6 +65,7 @@ ENV = {
     "TABLE_NAME": "bench",
     "EVENT_BUS_NAME": "bench",
     "POWERTOOLS_SERVICE_NAME": "joinplane",
+    "POWERTOOLS_METRICS_NAMESPACE": "Joinplane/bench",
 }
 
 
@@ -76,28 +91,35 @@ def main() -> int:
         print("no build output: run `make build runtime` first", file=sys.stderr)
         return 2
     names = functions()
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in ["baseline", *names]}
+    probes = [mode for _, mode in PROBES]
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in ["baseline", *probes, *names]}
     # Interleave the samples so a noisy moment on a shared machine hits every row alike.
     for _ in range(SAMPLES):
         runs["baseline"].append(sample("", "baseline"))
+        for mode in probes:
+            runs[mode].append(sample("", mode))
         for name in names:
             runs[name].append(sample(str(BUILD / name), "function"))
     baseline = statistics.median(cold for _, cold in runs["baseline"])
+
+    def cold(name: str) -> float:
+        return statistics.median(c for _, c in runs[name])
+
     print(f"Cold start, median of {SAMPLES} fresh processes (Python {sys.version.split()[0]}):\n")
-    print("| function | cold import, ms (ratio) | import + DynamoDB client, ms (ratio) |")
+    print("| function | cold import, ms (ratio) | import + first client, ms (ratio) |")
     print("|---|---:|---:|")
-    print(f'| baseline: `import boto3; boto3.client("dynamodb")` | {baseline:.0f} (1.00x) | |')
+    print(f'| baseline: `import boto3; boto3.client("dynamodb")` | | {baseline:.0f} (1.00x) |')
+    for label, mode in PROBES:
+        print(f"| probe: baseline {label} | | {cold(mode):.0f} ({cold(mode) / baseline:.2f}x) |")
     over = []
     for name in names:
         imported = statistics.median(i for i, _ in runs[name])
-        cold = statistics.median(c for _, c in runs[name])
-        if imported / baseline > BUDGET:
-            over.append(name)
-        print(
-            f"| {name} | {imported:.0f} ({imported / baseline:.2f}x) | {cold:.0f} ({cold / baseline:.2f}x) |"
-        )
+        ratio = cold(name) / baseline
+        if ratio > BUDGET:
+            over.append(f"{name} ({ratio:.2f}x)")
+        print(f"| {name} | {imported:.0f} ({imported / baseline:.2f}x) | {cold(name):.0f} ({ratio:.2f}x) |")
     print(
-        f"\nBudget: every function ≤ {BUDGET}x baseline. "
+        f"\nBudget: every function's import + first client ≤ {BUDGET}x baseline. "
         + (f"OVER: {', '.join(over)}" if over else "All within.")
     )
     return 0
