@@ -1,6 +1,7 @@
 """Table stream → EventBridge. Reports partial batch failures: the first record whose event could
 not be published and every record after it, so the stream redelivers them in order (consumers
-deduplicate on eventId)."""
+deduplicate on eventId). A record that can never be decoded is set aside (logged by its keys,
+counted as RecordsSetAside) rather than holding its shard (joinplane.events)."""
 
 from typing import Any
 
