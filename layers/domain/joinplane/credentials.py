@@ -10,15 +10,14 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from joinplane.ids import BASE32, ULID_PATTERN, encode_base32
 
 SECRET_CHARS = 32  # 32 base32 characters = 160 bits
 
 
-@dataclass(frozen=True)
-class ParsedSecret:
+class ParsedSecret(NamedTuple):
     prefix: str
     ulid: str
     secret: str

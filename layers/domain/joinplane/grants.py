@@ -15,7 +15,7 @@ Two questions are asked of a principal, and they are kept apart on purpose:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from joinplane.errors import InvalidArgument, NotFound, PermissionDenied
 
@@ -26,8 +26,7 @@ SCOPE_PATTERN = rf"platform|tenant|site/{POOL_ID_PATTERN}|compute-pool/(?:\*|{PO
 GRANT_PATTERN = rf"^(?P<permission>{PERMISSION_PATTERN})@(?P<scope>{SCOPE_PATTERN})$"
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(NamedTuple):
     permission: str
     scope: str
 
@@ -46,8 +45,7 @@ class Grant:
         return f"{self.permission}@{self.scope}"
 
 
-@dataclass(frozen=True)
-class Resource:
+class Resource(NamedTuple):
     """What a request acts on. A pool has a site; a site-level resource has no pool; a
     tenant-level resource (API keys, the pool list) has neither. A site-level resource is reached
     by `site/<siteId>`, `tenant` and `platform` grants only: no `compute-pool/...` grant ever
@@ -102,8 +100,7 @@ def scope_contains(held: str, wanted: str) -> bool:
     return held == "compute-pool/*" and wanted.startswith("compute-pool/")
 
 
-@dataclass(frozen=True)
-class Principal:
+class Principal(NamedTuple):
     """The caller of an operator route: an API key, as the authorizer resolved it."""
 
     key_id: str
