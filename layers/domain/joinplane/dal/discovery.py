@@ -15,7 +15,6 @@ record cannot say.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from joinplane import deadline
@@ -232,10 +231,9 @@ def remove(entry: DiscoveryEntry, *, by: str, now: str, now_epoch: int) -> None:
         raise
 
 
-@dataclass(frozen=True)
-class EntryPage:
-    entries: list[DiscoveryEntry] = field(default_factory=list)
-    more: bool = False  # a page may follow
+class EntryPage(NamedTuple):
+    entries: list[DiscoveryEntry]
+    more: bool  # a page may follow
 
 
 def list_entries(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> EntryPage:
