@@ -50,8 +50,7 @@ import base64
 import ipaddress
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_json_compact, go_trim_space
 from joinplane.errors import JoinplaneError, OutOfTime
@@ -180,16 +179,14 @@ class _Object(list[tuple[str, Any]]):
     """A JSON object's members in order, repeated names kept (Go decodes each of them)."""
 
 
-@dataclass(frozen=True)
-class _Slice:
+class _Slice(NamedTuple):
     element: Any
 
 
-@dataclass(frozen=True)
-class _Struct:
+class _Struct(NamedTuple):
     name: str
     package: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any]
 
     def field_for(self, key: str) -> str | None:
         if key in self.fields:
@@ -372,8 +369,7 @@ def go_parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
         return None
 
 
-@dataclass(frozen=True)
-class AcceptJoin:
+class AcceptJoin(NamedTuple):
     """`AcceptJoinRequest` as a Sylve leader decoded it. `inventory` keeps the decoded Go value
     (nil arrays as None) because the success answer echoes it back as Sylve does."""
 
