@@ -135,10 +135,6 @@ def test_a_pool_created_updated_and_archived(admin_key: str, pool: str) -> None:
     assert_no_secret(published, created + updated + archived, admin_key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="membership.rotate_key is to store the acting key: ClusterKey(created_by=principal.key_id)",
-)
 def test_a_cluster_key_rotated_names_the_acting_key(admin_key: str, pool: str) -> None:
     actor = key_id_of(admin_key)
     call("/api/compute/clusters/rotateKey", POOL, admin_key)

@@ -327,6 +327,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             secret_sha256=credentials.digest(secret),
             state="active",
             created_at=now,
+            created_by=principal.key_id,
         )
         try:
             clusters_db.rotate_key(pool, key, rotated_ttl=int(clock.epoch()) + ROTATED_KEY_TTL)
