@@ -30,6 +30,7 @@ BUILD = ROOT / ".aws-sam" / "build"
 LAYER = BUILD / "DomainLayer" / "python"
 RUNTIME = ROOT / ".lambda-runtime"
 SAMPLES = 15
+BASELINE_EVERY = 4  # rows between two baseline samples
 BUDGET = 1.4
 
 PROBE = """
@@ -98,19 +99,23 @@ def main() -> int:
     names = functions()
     probes = [mode for _, mode in PROBES]
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in ["baseline", *probes, *names]}
-    # Interleave the samples so a noisy moment on a shared machine hits every row alike.
+    # Interleave the samples so a noisy moment on a shared machine hits every row alike, and
+    # sample the baseline between every few rows: every ratio divides by it.
+    rows = [("", mode) for mode in probes] + [(str(BUILD / name), "function") for name in names]
     for _ in range(SAMPLES):
-        runs["baseline"].append(sample("", "baseline"))
-        for mode in probes:
-            runs[mode].append(sample("", mode))
-        for name in names:
-            runs[name].append(sample(str(BUILD / name), "function"))
+        for index, (task, mode) in enumerate(rows):
+            if index % BASELINE_EVERY == 0:
+                runs["baseline"].append(sample("", "baseline"))
+            runs[mode if mode != "function" else Path(task).name].append(sample(task, mode))
     baseline = statistics.median(cold for _, cold in runs["baseline"])
 
     def cold(name: str) -> float:
         return statistics.median(c for _, c in runs[name])
 
-    print(f"Cold start, median of {SAMPLES} fresh processes (Python {sys.version.split()[0]}):\n")
+    print(
+        f"Cold start, median of {SAMPLES} fresh processes per row, {len(runs['baseline'])} for the"
+        f" baseline (Python {sys.version.split()[0]}):\n"
+    )
     print("| function | cold import, ms (ratio) | import + first client, ms (ratio) |")
     print("|---|---:|---:|")
     print(f'| baseline: `import boto3; boto3.client("dynamodb")` | | {baseline:.0f} (1.00x) |')
