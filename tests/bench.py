@@ -64,6 +64,7 @@ PROBES = [
     ("`from pydantic import BaseModel`, then the client", "pydantic"),
 ]
 
+# The template's Globals environment, as far as an import reads it.
 ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "x",
@@ -72,6 +73,8 @@ ENV = {
     "EVENT_BUS_NAME": "bench",
     "POWERTOOLS_SERVICE_NAME": "joinplane",
     "POWERTOOLS_METRICS_NAMESPACE": "Joinplane/bench",
+    "PYDANTIC_DISABLE_PLUGINS": "__all__",
+    "AWS_LAMBDA_LOG_LEVEL": "INFO",
 }
 
 
