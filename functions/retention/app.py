@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from joinplane import join_requests
+from joinplane import expiry
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return {"expired": join_requests.expire_due()}
+    return {"expired": expiry.expire_due()}

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from joinplane import keyauth
-from tests.support import LambdaContext, call, http_event, route_handler, sign_proof
+from joinplane import clock, keyauth
+from tests.support import LambdaContext, call, http_event, load_function, route_handler, sign_proof
 from tests.support.logs import counted, log_lines, metrics
 
 NAMESPACE = "Joinplane/local"
@@ -196,3 +196,25 @@ def test_an_unknown_api_key_is_counted_by_the_authorizer_without_its_secret(admi
     assert (refusal["outcome"], refusal["keyId"]) == ("mismatch", parsed_id.key_id)
     assert ("AuthorizerRefusals", "mismatch", 1.0) in counted(out)
     assert wrong not in out and admin_key not in out
+
+
+def test_the_retention_job_logs_each_request_it_expires(make_token, machine_factory, capsys) -> None:
+    # Given a deferred join whose request has outlived its expiry
+    token = make_token(requireApproval=True)
+    _, deferred = join_with_id("api-req-7", {"joinToken": token["token"], "csr": machine_factory().csr})
+    request_id = deferred["joinRequest"]["requestId"]
+    clock.advance(8 * 24 * 3600)
+    capsys.readouterr()
+    # When the scheduled retention function runs
+    assert load_function("retention").lambda_handler({}, LambdaContext()) == {"expired": 1}
+    # Then its line names the request (no API request: a schedule), and RequestDecisions counts it
+    out = capsys.readouterr().out
+    [line] = decisions(out)
+    assert (line["message"], line["requestId"], line["tenantId"], line["poolId"]) == (
+        "join request expired",
+        request_id,
+        "acme",
+        "gpu",
+    )
+    assert "correlationId" not in line
+    assert counted(out) == [("RequestDecisions", "expired", 1.0)]

@@ -11,7 +11,7 @@ costs the same however many requests of other states or pools exist.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -273,33 +273,3 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> views.Join
     elif open_sources and cursor:
         result["nextCursor"] = cursor
     return result
-
-
-def expire_due(max_items: int = 1000) -> int:
-    """Mark open requests past their expiry `expired` (the retention job). Correctness never
-    waits for this: such requests already read as expired. Marking them makes the transition a
-    stored fact, so the stream publishes `security.join-request.expired` and the listing partitions
-    stay tidy. Reads only the sparse open-requests index up to now; one conditional write each, so
-    a request decided or consumed meanwhile is left alone."""
-    now = int(clock.epoch())
-    marked = 0
-    for shard in range(requests_db.OPEN_SHARDS):
-        start: dict[str, Any] | None = None
-        while marked < max_items:
-            page = requests_db.open_due(shard, now_epoch=now, limit=min(100, max_items - marked), start=start)
-            for due in page.requests:
-                # Not marked: decided, consumed or already marked since the index was read.
-                if requests_db.mark_expired(due, now_epoch=now):
-                    marked += 1
-                    observe.decision(
-                        "join request expired",
-                        "RequestDecisions",
-                        "expired",
-                        tenantId=due.tenant_id,
-                        poolId=due.pool_id,
-                        requestId=due.request_id,
-                    )
-            if page.next is None:
-                break
-            start = page.next
-    return marked
