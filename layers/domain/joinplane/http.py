@@ -2,9 +2,10 @@
 
 Why not powertools' APIGatewayHttpResolver: importing it costs ~90 ms of cold start (its package
 initialiser loads every resolver, asyncio and its logger), and our budget for a whole function,
-import and first client, is 1.4x a bare boto3 client. This keeps its shape (decorated handlers, one place that turns domain
-errors into responses) and passes the request to each route explicitly, so one module-level router
-is safe under the concurrent in-process invocations of the local runtime.
+import and first client, is 1.4x a bare boto3 client. This keeps its shape (decorated handlers,
+one place that turns domain errors into responses) and passes the request to each route
+explicitly, so one module-level router is safe under the concurrent in-process invocations of the
+local runtime.
 """
 
 from __future__ import annotations
