@@ -17,5 +17,8 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     with observe.bound(correlationId=request_context.get("requestId"), route=request_context.get("routeKey")):
         resolved = keyauth.resolve(credentials.bearer((event.get("headers") or {}).get("authorization", "")))
         if resolved.principal is None:
-            observe.decision("api key refused", "AuthorizerRefusals", resolved.refusal, keyId=resolved.key_id)
+            # The id the bearer claims, never verified: not logged as keyId, which names callers.
+            observe.decision(
+                "api key refused", "AuthorizerRefusals", resolved.refusal, presentedKeyId=resolved.key_id
+            )
         return {"isAuthorized": True, "context": keyauth.authorizer_context(resolved.principal)}

@@ -111,6 +111,7 @@ def test_a_deferral_its_approval_and_the_admission_each_log_a_decision(
         "correlationId": "?",
         "route": "POST /api/compute/joinRequests/approve",
         "keyId": approved.body["decidedBy"],
+        "keyTenantId": "acme",
         "tenantId": "acme",
         "poolId": "gpu",
         "requestId": request_id,
@@ -193,7 +194,7 @@ def test_an_unknown_api_key_is_counted_by_the_authorizer_without_its_secret(admi
     assert reply.status == 401
     out = capsys.readouterr().out
     refusal = next(d for d in decisions(out) if d["message"] == "api key refused")
-    assert (refusal["outcome"], refusal["keyId"]) == ("mismatch", parsed_id.key_id)
+    assert (refusal["outcome"], refusal["presentedKeyId"]) == ("mismatch", parsed_id.key_id)
     assert ("AuthorizerRefusals", "mismatch", 1.0) in counted(out)
     assert wrong not in out and admin_key not in out
 
@@ -218,3 +219,70 @@ def test_the_retention_job_logs_each_request_it_expires(make_token, machine_fact
     )
     assert "correlationId" not in line
     assert counted(out) == [("RequestDecisions", "expired", 1.0)]
+
+
+def test_a_retry_while_pending_is_logged_but_not_counted_again(make_token, machine_factory, capsys) -> None:
+    # Given a deferred join
+    token = make_token(requireApproval=True)
+    machine = machine_factory()
+    _, deferred = join_with_id("api-req-8", {"joinToken": token["token"], "csr": machine.csr})
+    capsys.readouterr()
+    # When the machine polls again, as join --wait does
+    status, _ = join_with_id(
+        "api-req-9", {"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key
+    )
+    # Then the poll is a line saying it is still pending, and no second deferral is counted
+    assert status == 202
+    out = capsys.readouterr().out
+    [line] = decisions(out)
+    assert (line["message"], line["outcome"], line["requestId"]) == (
+        "join still pending",
+        "pending",
+        deferred["joinRequest"]["requestId"],
+    )
+    assert counted(out) == []
+
+
+def test_a_revoked_token_in_use_is_logged_with_its_id(make_token, machine_factory, admin_key, capsys) -> None:
+    # Given a join token its operator revoked
+    token = make_token()
+    assert (
+        call(
+            "/api/compute/joinTokens/revoke", {"tenantId": "acme", "tokenId": token["tokenId"]}, admin_key
+        ).status
+        == 200
+    )
+    capsys.readouterr()
+    # When someone joins with it (they hold the real secret: worth knowing)
+    status, _ = join_with_id("api-req-10", {"joinToken": token["token"], "csr": machine_factory().csr})
+    # Then the refusal names the token and why, and the secret is not printed
+    assert status == 401
+    out = capsys.readouterr().out
+    [line] = decisions(out)
+    assert (line["message"], line["tokenId"], line["credentialRefusal"]) == (
+        "join refused",
+        token["tokenId"],
+        "revoked",
+    )
+    assert token["token"] not in out
+
+
+def test_a_bug_is_answered_500_and_counted_for_its_alarm(make_token, monkeypatch, capsys) -> None:
+    # Given a join path that fails with an unexpected error carrying a secret in its message
+    token = make_token()
+    from joinplane import join_facts
+
+    def broken(secret: str) -> None:
+        raise RuntimeError(f"boom while reading {secret}")
+
+    monkeypatch.setattr(join_facts, "load_token", broken)
+    capsys.readouterr()
+    # When a machine joins
+    status, _ = join_with_id("api-req-11", {"joinToken": token["token"], "csr": "x"})
+    # Then it is a 500, one ERROR line with the traceback (secret redacted) and one UnhandledErrors count
+    assert status == 500
+    out = capsys.readouterr().out
+    [line] = [line for line in log_lines(out) if line["level"] == "ERROR"]
+    assert line["message"] == "unhandled error" and "RuntimeError" in line["exception"]
+    assert token["token"] not in out and "[redacted]" in line["exception"]
+    assert ("UnhandledErrors", "internal", 1.0) in counted(out)

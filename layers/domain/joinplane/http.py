@@ -136,7 +136,8 @@ class Router:
                 correlationId=request_context.get("requestId"),
                 route=request_context.get("routeKey"),
                 keyId=principal.get("keyId"),
-                tenantId=principal.get("tenantId"),
+                # The caller's tenant; a decision names the tenant it acted in as tenantId.
+                keyTenantId=principal.get("tenantId"),
             ):
                 return self._handle(event)
         finally:
@@ -160,5 +161,7 @@ class Router:
                 )
             return self._render_error(refused)
         except Exception:
+            # Answered (500), so Lambda's Errors metric never sees it: counted for its own alarm.
             observe.exception("unhandled error", method=request.method, path=request.path)
+            observe.count("UnhandledErrors", outcome="internal")
             return self._render_error(Internal("internal error"))

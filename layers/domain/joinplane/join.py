@@ -311,7 +311,9 @@ def _known(attempt: Attempt, record: Identity) -> Response:
                 assert attempt.proof_ms is not None
                 accepted = joins_db.accept_proof(attempt.tenant, attempt.identity, attempt.proof_ms)
                 _refuse(join_decide.pending_proof(accepted))
-            return _told(_deferred(pending))
+            # The request was deferred when it was made: a retry is logged, not counted again.
+            observe.log("INFO", "join still pending", outcome="pending", requestId=pending.request_id)
+            return _deferred(pending)
     raise AssertionError(f"undecided: {decided}")
 
 

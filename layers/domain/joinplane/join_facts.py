@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from joinplane import attestors, credentials, errors, proof
+from joinplane import attestors, credentials, errors, observe, proof
 from joinplane.dal import tokens as tokens_db
 from joinplane.dal.machines import Claim
 from joinplane.dal.tokens import JoinToken
@@ -51,12 +51,15 @@ def load_token(secret: str) -> JoinToken:
     parsed = credentials.parse(secret, tokens_db.SECRET_PREFIX)
     if parsed is None:
         raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
-    token = tokens_db.get(f"{tokens_db.ID_PREFIX}_{parsed.ulid}")
-    if (
-        token is None
-        or not credentials.matches(parsed.secret, token.secret_sha256)
-        or token.state != "active"
-    ):
+    token_id = f"{tokens_db.ID_PREFIX}_{parsed.ulid}"
+    token = tokens_db.get(token_id)
+    if token is None or not credentials.matches(parsed.secret, token.secret_sha256):
+        # The id a caller claimed, never verified: for the log, under its own name.
+        observe.note(presentedTokenId=token_id, credentialRefusal="unknown" if token is None else "mismatch")
+        raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
+    if token.state != "active":
+        # A revoked token still in use is worth seeing: the caller holds the real secret.
+        observe.note(tenantId=token.tenant_id, tokenId=token.token_id, credentialRefusal=token.state)
         raise Unauthenticated(REFUSED, reason=errors.JOIN_TOKEN_INVALID)
     return token
 

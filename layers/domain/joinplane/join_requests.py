@@ -147,6 +147,7 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
         "join request approved",
         "RequestDecisions",
         "approved",
+        tenantId=pool.tenant_id,
         poolId=pool.pool_id,
         requestId=request.requestId,
     )
@@ -196,6 +197,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
             "join request rejected",
             "RequestDecisions",
             "rejected",
+            tenantId=pool.tenant_id,
             poolId=pool.pool_id,
             requestId=request.requestId,
         )

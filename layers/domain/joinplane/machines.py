@@ -169,7 +169,12 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
         machine, by=principal.key_id, reason=request.reason or "", now=clock.rfc3339(clock.now())
     ):
         observe.decision(
-            "machine revoked", "Revocations", "revoked", poolId=machine.pool_id, machineId=machine.machine_id
+            "machine revoked",
+            "Revocations",
+            "revoked",
+            tenantId=machine.tenant_id,
+            poolId=machine.pool_id,
+            machineId=machine.machine_id,
         )
     # Revoked concurrently or not, answer with what is stored now.
     return view(_load(principal, request.tenantId, request.machineId, WRITE))

@@ -52,6 +52,7 @@ METRICS: dict[str, str] = {
     "EventsFailed": "Count",  # failed
     "PublisherLag": "Milliseconds",  # published: a stream record's age when its event was published
     "RecordsSetAside": "Count",  # undecodable
+    "UnhandledErrors": "Count",  # internal: a bug answered as a 500, which Lambda's Errors never counts
     "AdminActions": "Count",  # the action, e.g. join-token.created
 }
 
@@ -75,6 +76,10 @@ class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _: Any) -> None:
         pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The whole line, tracebacks and nested values included: the last place a secret is stopped.
+        return _SECRET.sub("[redacted]", super().format(record))
 
 
 logger = Logger(

@@ -68,11 +68,12 @@ def authenticate(secret: str) -> Cluster:
     if parsed is None:
         raise sylve_wire.unauthorized()
     key_id = f"{KEY_ID_PREFIX}_{parsed.ulid}"
-    observe.note(keyId=key_id)
     key = clusters_db.get_key(key_id)
     if key is None or not credentials.matches(secret, key.secret_sha256) or key.state != "active":
+        # The id the caller claimed, never verified: logged under its own name, not as keyId.
+        observe.note(presentedKeyId=key_id)
         raise sylve_wire.unauthorized()
-    observe.note(tenantId=key.tenant_id, poolId=key.pool_id)
+    observe.note(keyId=key_id, tenantId=key.tenant_id, poolId=key.pool_id)
     return Cluster(_keyed_pool(key.tenant_id, key.pool_id, key_id), key_id)
 
 
@@ -123,8 +124,12 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
             observe.note(dryRun=True)
             return "cluster_join_preflight_passed", decision.report()
         if decision.node is None:
-            observe.decision(
-                "cluster node joined", "ClusterJoins", "joined", nodeId=request.node_id, member=True
+            # Already a member: the repeat changes nothing, so it is logged, not counted as a join.
+            observe.log(
+                "INFO",
+                "cluster node already a member",
+                outcome="member",
+                nodeId=go_trim_space(request.node_id),
             )
             return "node_added_to_cluster", request.echo()
         try:
