@@ -1,4 +1,5 @@
-"""Scheduled: mark join requests past their expiry `expired` (their reads already say so)."""
+"""Scheduled: mark join requests past their expiry `expired` (their reads already say so), and let
+retired pool CAs whose certificates have all expired leave the bundle."""
 
 from typing import Any
 
@@ -6,4 +7,6 @@ from joinplane import expiry
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    # The CAs' expiries are logged one by one; the answer keeps its one count (the requests').
+    expiry.expire_retired_authorities()
     return {"expired": expiry.expire_due()}

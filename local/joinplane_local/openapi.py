@@ -64,6 +64,10 @@ TAGS = {
     "discovery": ("Discovery", "A site's inventory of expected machines (the `discovery` attestor)."),
     "tpmAllowList": ("TPM allow-lists", "TPM endorsement keys a site expects (the `tpm` attestor)."),
     "auditEvents": ("Audit", "Every security event, as published on EventBridge."),
+    "certificateAuthorities": (
+        "Certificate authorities",
+        "Each pool's CA: a KMS key that never leaves KMS, its rotation and the trust bundle.",
+    ),
     "clusters": ("Clusters", "Cluster keys, members and the guest-identity registry (seed 000)."),
     "join": ("Machine join (seed 002)", "What a machine agent calls: levers9's grpc-gateway JSON."),
     "cluster": ("Cluster join (seed 000)", "What a Sylve node calls on its leader."),
@@ -221,6 +225,20 @@ DOCS: dict[str, Doc] = {
     "clusters.rotateKey": Doc(
         "Make the pool a cluster, or rotate its key",
         "Issues a new cluster key (`jck_...`, returned once); the previous one stops working.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+    ),
+    "certificateAuthorities.get": Doc(
+        "Read a pool's certificate authorities",
+        "The active CA and the bundle machines should trust (active first, then retired CAs whose "
+        "certificates may still be valid). Makes the pool's first CA (a KMS key) if it has none yet, "
+        "as its first join would. Needs `compute:pools:read`.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+    ),
+    "certificateAuthorities.rotate": Doc(
+        "Rotate a pool's certificate authority",
+        "A new KMS key and CA sign every certificate from now on; the previous CA is retired and stays "
+        "in the bundle until every certificate it issued has expired, then its key is scheduled for "
+        "deletion. ABORTED when another rotation of the pool won meanwhile. Needs `compute:pools:write`.",
         {"tenantId": "dev", "poolId": "dev-pool"},
     ),
     "clusters.nodes.list": Doc(

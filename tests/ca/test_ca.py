@@ -1,27 +1,21 @@
-"""Machine certificates and pool CAs, checked the way their users see them: CSRs made by the openssl
-CLI, issued certificates verified by `openssl verify`, the CA read back from Secrets Manager."""
+"""Machine certificates, checked the way their users see them: CSRs made by the openssl CLI, issued
+certificates verified by `openssl verify`. The pool CA's own life (its KMS key, rotation, races) is
+tests/ca/test_kms_authorities.py."""
 
 from __future__ import annotations
 
 import base64
-import json
 import re
-import socket
-import threading
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from botocore.stub import Stubber
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from joinplane import aws, ca, clock, container
-from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
-from tests.support import release_together
+from joinplane import ca, clock
+from joinplane.errors import FailedPrecondition, InvalidArgument
 from tests.support.csr import Csrs, OpensslTool, openssl
 
 TENANT, POOL = "acme", "gpu-east"
@@ -32,9 +26,10 @@ THIRTY_DAYS = 30 * 24 * 3600
 
 def issue(
     csr_pem: str, *, tenant: str = TENANT, pool: str = POOL, machine: str = "mach_01", lifetime: int = 3600
-):
+) -> ca.IssuedCertificate:
     return ca.issue_machine_certificate(
         tenant_id=tenant,
+        site_id="s1",
         pool_id=pool,
         machine_id=machine,
         csr=ca.parse_csr(csr_pem),
@@ -247,7 +242,7 @@ def test_the_join_identity_follows_the_key_not_the_csr(csrs: Csrs) -> None:
 # --- issue_machine_certificate: what the server decides -------------------------------------------
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 @pytest.mark.parametrize("kind", ["p256", "p384", "ed25519", "rsa2048", "rsa4096"])
 def test_issued_certificates_verify_with_openssl_as_tls_clients(
     csrs: Csrs, ossl: OpensslTool, kind: str
@@ -264,7 +259,7 @@ def test_issued_certificates_verify_with_openssl_as_tls_clients(
     )
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 @pytest.mark.parametrize(
     ("kind", "key_encipherment"), [("p256", False), ("ed25519", False), ("rsa2048", True)]
 )
@@ -314,7 +309,7 @@ def test_the_certificate_holds_exactly_what_the_server_decides(
     assert "CA:FALSE" in text and "TLS Web Client Authentication" in text
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_every_extension_the_csr_asks_for_is_ignored(csrs: Csrs, ossl: OpensslTool) -> None:
     # Given a CSR asking for a DNS SAN, another tenant's SPIFFE id, CA:TRUE, keyCertSign and serverAuth
     csr_pem = csrs["p256-asks-for-more"].pem
@@ -343,7 +338,7 @@ def test_every_extension_the_csr_asks_for_is_ignored(csrs: Csrs, ossl: OpensslTo
     )
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 @pytest.mark.parametrize(
     ("asked", "granted"),
     [
@@ -373,7 +368,7 @@ def test_lifetime_is_clamped_to_5_minutes_to_30_days_and_back_dated_for_clock_sk
     assert issued.expires_at.utcoffset() == timedelta(0)
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_serials_are_random_positive_159_bit_numbers(csrs: Csrs) -> None:
     # When the same CSR is issued twice
     first, second = issue(csrs["p256"].pem), issue(csrs["p256"].pem)
@@ -385,7 +380,7 @@ def test_serials_are_random_positive_159_bit_numbers(csrs: Csrs) -> None:
     assert re.fullmatch("[0-9a-f]{40}", first.serial)
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_each_pool_has_its_own_ca_and_certificates_do_not_cross_pools(csrs: Csrs, ossl: OpensslTool) -> None:
     # Given certificates issued in two pools of one tenant and the same pool name in another tenant
     east = issue(csrs["p256"].pem, pool="gpu-east")
@@ -401,99 +396,10 @@ def test_each_pool_has_its_own_ca_and_certificates_do_not_cross_pools(csrs: Csrs
 # --- the pool CA --------------------------------------------------------------------------------------
 
 
-def test_the_pool_ca_is_created_on_first_use_and_stored_in_secrets_manager(secretsmanager: Any) -> None:
-    # Given a pool that never issued a certificate
-    # When its CA certificate is asked for
-    ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
-    # Then a P-256 CA with the pinned profile exists
-    ca_cert = certificate(ca_pem)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Joinplane pool CA acme/gpu-east")])
-    assert ca_cert.subject == ca_cert.issuer == name
-    assert isinstance(ca_cert.public_key(), ec.EllipticCurvePublicKey)
-    assert isinstance(ca_cert.public_key().curve, ec.SECP256R1)
-    basic = ca_cert.extensions.get_extension_for_class(x509.BasicConstraints)
-    assert basic.critical and basic.value.ca and basic.value.path_length == 0
-    usage = ca_cert.extensions.get_extension_for_class(x509.KeyUsage)
-    assert (
-        usage.critical
-        and usage.value.key_cert_sign
-        and usage.value.crl_sign
-        and not usage.value.digital_signature
-    )
-    ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
-    validity = ca_cert.not_valid_after_utc - ca_cert.not_valid_before_utc
-    assert validity == timedelta(days=3650, minutes=5)
-    ca_cert.verify_directly_issued_by(ca_cert)
-    # And the key and certificate are stored as JSON under <prefix>/<tenant>/<pool>
-    stored = json.loads(
-        secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"]
-    )
-    assert set(stored) == {"keyPem", "certificatePem"}
-    assert stored["certificatePem"] == ca_pem
-    key = serialization.load_pem_private_key(stored["keyPem"].encode(), password=None)
-    assert key.public_key() == ca_cert.public_key()
-
-
-def test_the_secret_prefix_comes_from_settings(secretsmanager: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CA_SECRET_PREFIX", "staging/pool-cas")
-    container.reset(keep_clients=True)
-    ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
-    stored = secretsmanager.get_secret_value(SecretId="staging/pool-cas/acme/gpu-east")["SecretString"]
-    assert json.loads(stored)["certificatePem"] == ca_pem
-
-
-def test_a_warm_container_reads_secrets_manager_once_and_a_cold_one_reuses_the_stored_ca(
-    secretsmanager: Any, csrs: Csrs, ossl: OpensslTool
-) -> None:
-    # Given a count of every Secrets Manager call the CA module makes
-    calls: list[str] = []
-    secretsmanager.meta.events.register(
-        "before-call.secrets-manager.*", lambda model, **_: calls.append(model.name)
-    )
-    # When one container issues three certificates for a new pool
-    first = issue(csrs["p256"].pem)
-    issue(csrs["p256"].pem)
-    issue(csrs["ed25519"].pem)
-    # Then it asked Secrets Manager once, found nothing, and created the CA once
-    assert calls == ["GetSecretValue", "CreateSecret"]
-    # And a cold container (empty cache) reads the stored CA instead of making another; its
-    # client is kept, so the count above still hears it
-    container.reset(keep_clients=True)
-    later = issue(csrs["p256"].pem)
-    assert calls == ["GetSecretValue", "CreateSecret", "GetSecretValue"]
-    assert later.ca_certificates_pem == first.ca_certificates_pem
-    assert ossl.verify(first.ca_certificates_pem, later.certificate_pem).returncode == 0
-
-
-def test_a_malformed_ca_secret_is_an_internal_error_and_is_not_replaced(
-    secretsmanager: Any, csrs: Csrs
-) -> None:
-    secretsmanager.create_secret(Name="joinplane/ca/acme/gpu-east", SecretString='{"keyPem": "nope"}')
-    with pytest.raises(Internal, match="joinplane/ca/acme/gpu-east is malformed"):
-        issue(csrs["p256"].pem)
-    stored = secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"]
-    assert stored == '{"keyPem": "nope"}'
-
-
-def test_a_ca_secret_whose_key_does_not_match_its_certificate_is_refused(secretsmanager: Any) -> None:
-    # Given a stored CA whose key was replaced by another pool's key
-    ca.pool_ca_certificate_pem(TENANT, "other")
-    other = json.loads(secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/other")["SecretString"])
-    ca.pool_ca_certificate_pem(TENANT, POOL)
-    mine = json.loads(secretsmanager.get_secret_value(SecretId="joinplane/ca/acme/gpu-east")["SecretString"])
-    secretsmanager.put_secret_value(
-        SecretId="joinplane/ca/acme/gpu-east", SecretString=json.dumps({**mine, "keyPem": other["keyPem"]})
-    )
-    container.reset(keep_clients=True)
-    # When a cold container loads it / Then it refuses to sign with it
-    with pytest.raises(Internal, match="does not match its certificate"):
-        ca.pool_ca_certificate_pem(TENANT, POOL)
-
-
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_a_certificate_never_outlives_its_ca(csrs: Csrs) -> None:
     # Given a pool CA that expires in ten days
-    ca_cert = certificate(ca.pool_ca_certificate_pem(TENANT, POOL))
+    ca_cert = ca.pool_authorities(TENANT, "s1", POOL).certificate
     clock.advance((ca_cert.not_valid_after_utc - clock.now() - timedelta(days=10)).total_seconds())
     # When a 30-day certificate is asked for / Then it ends with the CA
     issued = issue(csrs["p256"].pem, lifetime=THIRTY_DAYS)
@@ -505,7 +411,7 @@ def test_a_certificate_never_outlives_its_ca(csrs: Csrs) -> None:
     assert refused.value.reason == "POOL_CA_EXPIRED"
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
     csrs: Csrs, ossl: OpensslTool
 ) -> None:
@@ -515,9 +421,12 @@ def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
     a = issue(csrs["p256"].pem, tenant=tenant, pool=pool_a, machine="m" * 64)
     b = issue(csrs["p256"].pem, tenant=tenant, pool=pool_b, machine="m" * 64)
     # Then each CA's CN fits X.520's 64 characters, the two names differ, and the SPIFFE id is whole
-    names = [certificate(i.ca_certificates_pem).subject.rfc4514_string() for i in (a, b)]
-    assert all(len(name) == len("CN=") + 64 and name.startswith("CN=Joinplane pool CA ttt") for name in names)
-    assert names[0] != names[1] and all("~" in name for name in names)
+    names = [
+        certificate(i.ca_certificates_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME) for i in (a, b)
+    ]
+    common_names = [str(name[0].value) for name in names]
+    assert all(len(cn) == 64 and cn.startswith("Joinplane pool CA ttt") for cn in common_names)
+    assert common_names[0] != common_names[1] and all("~" in cn for cn in common_names)
     san = certificate(a.certificate_pem).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(n.value) for n in san] == [
         f"spiffe://joinplane.internal/tenant/{tenant}/pool/{pool_a}/machine/{'m' * 64}"
@@ -527,7 +436,7 @@ def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
     assert ossl.verify(b.ca_certificates_pem, a.certificate_pem).returncode != 0
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 @pytest.mark.parametrize(
     ("tenant", "pool", "machine", "message"),
     [
@@ -541,139 +450,8 @@ def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
         (TENANT, POOL, "mach:01", "machineId"),
     ],
 )
-def test_ids_that_would_bend_the_spiffe_uri_or_the_secret_name_are_refused(
+def test_ids_that_would_bend_the_spiffe_uri_or_the_key_tags_are_refused(
     csrs: Csrs, tenant: str, pool: str, machine: str, message: str
 ) -> None:
     with pytest.raises(InvalidArgument, match=message):
         issue(csrs["p256"].pem, tenant=tenant, pool=pool, machine=machine)
-
-
-def test_losing_the_create_race_adopts_the_winners_ca_once_it_is_readable(
-    secretsmanager: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given another container's CA that wins CreateSecret but is not readable at once (Secrets
-    # Manager is eventually consistent)
-    winner = ca._new_pool_ca_secret(TENANT, POOL)
-    monkeypatch.setattr(ca.time, "sleep", lambda seconds: None)
-    with Stubber(secretsmanager) as stub:
-        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
-        stub.add_client_error("create_secret", "ResourceExistsException", http_status_code=400)
-        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
-        stub.add_response("get_secret_value", {"Name": "n", "SecretString": winner})
-        # When this container asks for the pool's CA
-        ca_pem = ca.pool_ca_certificate_pem(TENANT, POOL)
-        stub.assert_no_pending_responses()
-    # Then it uses the winner's CA, not the one it generated
-    assert ca_pem == json.loads(winner)["certificatePem"]
-
-
-def test_a_won_race_whose_ca_never_becomes_readable_is_unavailable(
-    secretsmanager: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(ca.time, "sleep", slept.append)
-    with Stubber(secretsmanager) as stub:
-        stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
-        stub.add_client_error("create_secret", "ResourceExistsException", http_status_code=400)
-        for _ in range(4):
-            stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
-        with pytest.raises(Unavailable, match="being created"):
-            ca.pool_ca_certificate_pem(TENANT, POOL)
-    # It waited a bounded, short time (a Lambda must answer) before giving up
-    assert sum(slept) < 2
-
-
-@pytest.mark.parametrize("operation", ["get_secret_value", "create_secret"])
-@pytest.mark.parametrize("code", ["ThrottlingException", "InternalServiceError", "ServiceUnavailable"])
-def test_throttling_and_outages_are_unavailable(secretsmanager: Any, operation: str, code: str) -> None:
-    # Given Secrets Manager answering this call with a transient failure
-    with Stubber(secretsmanager) as stub:
-        if operation == "create_secret":
-            stub.add_client_error("get_secret_value", "ResourceNotFoundException", http_status_code=400)
-        stub.add_client_error(operation, code, http_status_code=500 if "Internal" in code else 400)
-        # When the pool CA is needed / Then the caller is told to retry
-        with pytest.raises(Unavailable):
-            ca.pool_ca_certificate_pem(TENANT, POOL)
-
-
-def test_an_unreachable_secrets_manager_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port}")
-    container.reset()
-    with pytest.raises(Unavailable):
-        ca.pool_ca_certificate_pem(TENANT, POOL)
-
-
-def test_access_denied_is_not_disguised_as_unavailable(secretsmanager: Any) -> None:
-    # A missing IAM permission will not fix itself; telling callers to retry would hide it.
-    with Stubber(secretsmanager) as stub:
-        stub.add_client_error("get_secret_value", "AccessDeniedException", http_status_code=400)
-        with pytest.raises(Exception) as raised:
-            ca.pool_ca_certificate_pem(TENANT, POOL)
-    assert not isinstance(raised.value, Unavailable)
-
-
-# --- the race for a new pool's CA -----------------------------------------------------------------
-# A read-then-write create (read, none found, put) hands out several CAs under the same release:
-# the harness's own check shows it (tests/harness/test_race_harness.py, create-once).
-
-
-class _Forgetful(dict[tuple[str, str], Any]):
-    """A CA cache that remembers nothing, so every thread really asks Secrets Manager."""
-
-    def __setitem__(self, key: tuple[str, str], value: Any) -> None:
-        pass
-
-
-def stored_ca_pem(pool: str) -> str:
-    secret = aws.client("secretsmanager").get_secret_value(SecretId=f"joinplane/ca/{TENANT}/{pool}")
-    return str(json.loads(secret["SecretString"])["certificatePem"])
-
-
-@pytest.mark.usefixtures("moto_server")
-def test_eight_lambdas_racing_for_a_new_pool_all_get_the_one_stored_ca(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Given eight containers with cold caches and one Secrets Manager
-    monkeypatch.setattr(ca, "_cache", _Forgetful())
-    # When they all ask for a fresh pool's CA at the same moment
-    results = release_together(lambda i: ca.pool_ca_certificate_pem(TENANT, RACE_NATURAL), 8, catch=Exception)
-    # Then they all got the same CA, the one that is stored
-    assert not [r for r in results if isinstance(r, Exception)], results
-    assert set(results) == {stored_ca_pem(RACE_NATURAL)}
-
-
-@pytest.mark.usefixtures("moto_server")
-def test_when_every_lambda_sees_no_ca_one_create_wins_and_the_losers_adopt_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Given eight cold containers that all read "no CA yet" before any of them creates one: the
-    # barrier forces the worst interleaving rather than hoping the scheduler produces it.
-    monkeypatch.setattr(ca, "_cache", _Forgetful())
-    everyone_has_read = threading.Barrier(8)
-    first_read_done = threading.local()
-    real_read, real_create = ca._read_ca_secret, ca._create_ca_secret
-    creates: list[bool] = []
-
-    def read(name: str) -> str | None:
-        stored = real_read(name)
-        if not getattr(first_read_done, "value", False):
-            first_read_done.value = True
-            everyone_has_read.wait(timeout=30)
-        return stored
-
-    def create(name: str, secret_string: str) -> bool:
-        created = real_create(name, secret_string)
-        creates.append(created)
-        return created
-
-    monkeypatch.setattr(ca, "_read_ca_secret", read)
-    monkeypatch.setattr(ca, "_create_ca_secret", create)
-    # When they all generate a CA and try to create it
-    results = release_together(lambda i: ca.pool_ca_certificate_pem(TENANT, RACE_FORCED), 8, catch=Exception)
-    # Then exactly one create won, the seven losers read the winner's CA, and everyone uses it
-    assert not [r for r in results if isinstance(r, Exception)], results
-    assert sorted(creates) == [False] * 7 + [True]
-    assert set(results) == {stored_ca_pem(RACE_FORCED)}

@@ -12,13 +12,13 @@ import random
 import re
 import string
 import tomllib
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from cryptography import x509
 
 from joinplane import ca, spiffe
+from joinplane.dal import authorities as authorities_db
 from joinplane.errors import Internal
 from joinplane.settings import Settings
 from joinplane_local.template import ROOT, Template, load
@@ -137,7 +137,7 @@ def test_the_parser_accepts_what_the_standard_accepts(uri: str) -> None:
 # --- certificates, as a machine receives them -------------------------------------------------------
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_a_tenant_with_a_port_and_capitals_gets_a_valid_spiffe_id(csrs: Csrs, ossl: OpensslTool) -> None:
     # Given tenant `Evil:8443` (a host with a port, once) and pool `P:1`, both ids the API accepts
     tenant, pool = "Evil:8443", "P:1"
@@ -145,6 +145,7 @@ def test_a_tenant_with_a_port_and_capitals_gets_a_valid_spiffe_id(csrs: Csrs, os
     # When a machine of theirs gets its certificate
     issued = ca.issue_machine_certificate(
         tenant_id=tenant,
+        site_id="s1",
         pool_id=pool,
         machine_id="mach_01",
         csr=ca.parse_csr(csrs["p256"].pem),
@@ -162,13 +163,14 @@ def test_a_tenant_with_a_port_and_capitals_gets_a_valid_spiffe_id(csrs: Csrs, os
     assert f"URI:{uris[0]}" in ossl.text(issued.certificate_pem)
 
 
-@pytest.mark.usefixtures("secretsmanager")
+@pytest.mark.usefixtures("table")
 def test_the_trust_domain_is_the_deployments(csrs: Csrs, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a deployment whose SpiffeTrustDomain is prod.joinplane.example.com
     monkeypatch.setenv("SPIFFE_TRUST_DOMAIN", "prod.joinplane.example.com")
     # When a machine gets its certificate
     issued = ca.issue_machine_certificate(
         tenant_id="acme",
+        site_id="s1",
         pool_id="gpu-east",
         machine_id="mach_01",
         csr=ca.parse_csr(csrs["p256"].pem),
@@ -186,7 +188,7 @@ def test_the_trust_domain_is_the_deployments(csrs: Csrs, monkeypatch: pytest.Mon
     "trust_domain", ["Joinplane.Internal", "joinplane.internal:8443", "ops@joinplane.internal", "", "a" * 256]
 )
 def test_an_unusable_trust_domain_fails_issuance_and_creates_no_ca(
-    secretsmanager: Any, csrs: Csrs, monkeypatch: pytest.MonkeyPatch, trust_domain: str
+    table: str, csrs: Csrs, monkeypatch: pytest.MonkeyPatch, trust_domain: str
 ) -> None:
     # Given a deployment whose SPIFFE_TRUST_DOMAIN was set by hand to something SPIFFE refuses
     monkeypatch.setenv("SPIFFE_TRUST_DOMAIN", trust_domain)
@@ -194,13 +196,14 @@ def test_an_unusable_trust_domain_fails_issuance_and_creates_no_ca(
     with pytest.raises(Internal, match="SPIFFE_TRUST_DOMAIN"):
         ca.issue_machine_certificate(
             tenant_id="acme",
+            site_id="s1",
             pool_id="gpu-east",
             machine_id="mach_01",
             csr=ca.parse_csr(csrs["p256"].pem),
             lifetime_seconds=3600,
         )
-    # Then nothing was created: no pool CA exists
-    assert secretsmanager.list_secrets()["SecretList"] == []
+    # Then nothing was created: the pool has no CA
+    assert authorities_db.get_pointer("acme", "gpu-east") is None
 
 
 # --- every id the API accepts: valid, reversible, distinct ------------------------------------------

@@ -41,14 +41,30 @@ def test_a_warm_admit_is_one_token_read_and_one_transaction(make_token, machine_
     assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
 
 
-def test_a_cold_admit_adds_one_read_for_the_pool(make_token, machine_factory, calls) -> None:
-    token = make_token()
+def test_a_cold_admit_adds_the_reads_of_the_pool_and_its_ca(make_token, machine_factory, calls) -> None:
+    # Given a pool whose CA an earlier join made
+    token = make_token(maxUses=2)
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
     csr = machine_factory().csr
-    container.reset()  # a new container: no pool cached (the CA lives in Secrets Manager)
+    container.reset()  # a new container: no pool, no CA cached
     count_into(calls)
     calls.clear()
     assert join({"joinToken": token["token"], "csr": csr}).status == 200
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
+    # The token, the pool, the pool's CA pointer; the active CA and its bundle in one BatchGetItem
+    assert calls == Counter({"GetItem": 3, "BatchGetItem": 1, "TransactWriteItems": 1})
+
+
+def test_a_pools_first_certificate_makes_its_ca_in_one_more_transaction(
+    make_token, machine_factory, calls
+) -> None:
+    token = make_token()
+    csr = machine_factory().csr
+    container.reset()  # a new container, and a pool without a CA
+    count_into(calls)
+    calls.clear()
+    assert join({"joinToken": token["token"], "csr": csr}).status == 200
+    # The token, the pool, the (absent) CA pointer; the CA and its pointer, then the admit
+    assert calls == Counter({"GetItem": 3, "TransactWriteItems": 2})
 
 
 def test_a_deferral_costs_the_same_as_an_admit(make_token, machine_factory, calls) -> None:
@@ -75,6 +91,7 @@ def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) 
     assert admin is not None
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
     calls.clear()
-    # Consuming the approval: the same, plus the consuming transaction (which also uses up the proof)
+    # Consuming the approval: the same, plus the consuming transaction (which also uses up the proof);
+    # it is also the pool's first certificate: + its CA pointer read and the CA's own transaction
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 200
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 2})
+    assert calls == Counter({"GetItem": 3, "TransactWriteItems": 3})

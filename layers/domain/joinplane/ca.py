@@ -1,11 +1,21 @@
-"""Machine certificates: CSR checks, and one certificate authority per compute pool.
+"""Machine certificates: CSR checks, and the certificate authorities of each compute pool.
 
 The machine proposes only its public key. Everything else in the certificate (subject, SAN, key
 usage, lifetime) is decided here, so a CSR's requested extensions are read by no one.
 
-Each pool's CA lives in AWS Secrets Manager, created on the first join that needs it. Creation is
-CreateSecret, which fails when the name exists, so concurrent first joins converge on the one CA
-that won: an overwrite (PutSecretValue) would let each racer sign with a CA that is then lost.
+Each pool's CA key is an asymmetric KMS key (ECC_NIST_P256, SIGN_VERIFY) that never leaves KMS:
+created on first use (a join, or `certificateAuthorities/get`) or by a rotation, aliased by its caId
+and tagged with the stack, tenant and pool. Everything is signed with `kms:Sign` (`kms_sign_tbs`):
+cryptography builds the to-be-signed structure (signing it with a throwaway key of the same
+algorithm, whose signature is discarded), KMS signs those bytes, and joinplane.der wraps them;
+the result is verified against the CA's public key before it is handed out, so a wrong assembly
+fails loudly instead of shipping. docs/pki.md says why the bundle is what it is.
+
+The CA records and the pool's pointer are in the table (joinplane.dal.authorities): the first CA is
+one transaction (CA + pointer, both absent), a rotation another (new CA, old CA retired, pointer at
+the version read), so concurrent first joins or rotations converge on one active CA; a loser's KMS
+key is scheduled for deletion. A container caches a pool's active CA and bundle for
+CA_CACHE_SECONDS: a warm issuance makes one KMS call (Sign) and nothing else.
 
 This is the only module of the package that imports `cryptography` at module level: functions that
 never issue certificates do not pay for loading it at cold start.
@@ -15,22 +25,35 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import secrets
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, NamedTuple
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
 
-from joinplane import aws, clock, container, der, spiffe
-from joinplane.errors import POOL_CA_EXPIRED, FailedPrecondition, Internal, InvalidArgument, Unavailable
+from joinplane import aws, clock, container, deadline, der, ids, spiffe
+from joinplane.dal import authorities as authorities_db
+from joinplane.dal.authorities import Authorities, CertificateAuthority
+from joinplane.errors import (
+    POOL_ARCHIVED,
+    POOL_CA_EXPIRED,
+    Aborted,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    InvalidState,
+    Unavailable,
+)
 from joinplane.settings import settings
+
+if TYPE_CHECKING:
+    from joinplane import views
 
 MAX_CSR_CHARS = 16 * 1024
 MIN_LIFETIME_SECONDS = 5 * 60
@@ -38,6 +61,16 @@ MAX_LIFETIME_SECONDS = 30 * 24 * 3600
 # Machines with a slightly slow clock must accept a certificate issued a moment ago.
 CLOCK_SKEW = timedelta(minutes=5)
 CA_VALIDITY = timedelta(days=3650)
+# How long a container trusts the active CA it read: a rotation reaches every container within this.
+CA_CACHE_SECONDS = 60
+# A retired CA issued nothing after it was retired (give or take a container's cache), and nothing
+# it issued lives longer than MAX_LIFETIME_SECONDS: after this it can leave the bundle.
+BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + CA_CACHE_SECONDS
+# Real KMS signs RAW messages of at most 4096 bytes.
+MAX_TBS_BYTES = 4096
+# How long a scheduled KMS key deletion waits (KMS's minimum): a key scheduled by mistake can be saved.
+KEY_DELETION_DAYS = 7
+FIRST_CA_CREATOR = "join"
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -66,22 +99,25 @@ class Csr:
     key_type: str
 
 
-@dataclass(frozen=True)
-class IssuedCertificate:
+class IssuedCertificate(NamedTuple):
     certificate_pem: str
-    ca_certificates_pem: str
+    ca_certificates_pem: str  # the pool's bundle: the issuing CA first
     expires_at: datetime
     serial: str
+    ca_id: str  # the CA that signed it
 
 
-@dataclass(frozen=True)
-class _PoolCa:
-    key: ec.EllipticCurvePrivateKey
+class PoolCa(NamedTuple):
+    """A pool's CAs as one container uses them: the active CA parsed, and the bundle as PEM."""
+
+    authorities: Authorities
     certificate: x509.Certificate
-    certificate_pem: str
+    public_key: ec.EllipticCurvePublicKey
+    bundle_pem: str
+    loaded_at: float
 
 
-_cache: dict[tuple[str, str], _PoolCa] = {}
+_cache: dict[tuple[str, str], PoolCa] = {}
 container.on_reset(_cache.clear)
 
 
@@ -197,14 +233,14 @@ def spiffe_id(tenant_id: str, pool_id: str, machine_id: str) -> str:
 
 
 def issue_machine_certificate(
-    *, tenant_id: str, pool_id: str, machine_id: str, csr: Csr, lifetime_seconds: int
+    *, tenant_id: str, site_id: str, pool_id: str, machine_id: str, csr: Csr, lifetime_seconds: int
 ) -> IssuedCertificate:
     _check_ids(tenant_id, pool_id)
     if not _MACHINE_ID.fullmatch(machine_id):
         raise InvalidArgument("machineId is not a valid machine id")
     # Before the pool CA: a deployment without a usable trust domain creates no CA either.
     uri = spiffe_id(tenant_id, pool_id, machine_id)
-    pool_ca = _pool_ca(tenant_id, pool_id)
+    pool_ca = pool_authorities(tenant_id, site_id, pool_id)
 
     # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
     now = clock.now().replace(microsecond=0)
@@ -219,7 +255,7 @@ def issue_machine_certificate(
     key_usage_encipherment = isinstance(csr.public_key, rsa.RSAPublicKey)
     serial = _serial_number()
     ca_ski = pool_ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    certificate = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, machine_id)]))
         .issuer_name(pool_ca.certificate.subject)
@@ -250,13 +286,15 @@ def issue_machine_certificate(
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(csr.public_key), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(pool_ca.key, hashes.SHA256())
     )
+    active = pool_ca.authorities.active
+    certificate = sign_certificate(builder, active.key_id, pool_ca.public_key)
     return IssuedCertificate(
         certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
-        ca_certificates_pem=pool_ca.certificate_pem,
+        ca_certificates_pem=pool_ca.bundle_pem,
         expires_at=not_after,
         serial=format(serial, "x"),
+        ca_id=active.ca_id,
     )
 
 
@@ -266,55 +304,201 @@ def _serial_number() -> int:
 
 
 def _check_ids(tenant_id: str, pool_id: str) -> None:
-    # These become a URI and a Secrets Manager name; the patterns keep '/', '?', '#' out of both.
+    # These become a URI and KMS tags; the patterns keep '/', '?', '#' out of both.
     if not _TENANT_ID.fullmatch(tenant_id):
         raise InvalidArgument("tenantId is not a valid tenant id")
     if not _POOL_ID.fullmatch(pool_id):
         raise InvalidArgument("poolId is not a valid pool id")
 
 
+# --- Signing with KMS ------------------------------------------------------------------------------
+
+
+def _throwaway_key() -> ec.EllipticCurvePrivateKey:
+    """A P-256 key whose only use is to make cryptography emit a TBS with ecdsa-with-SHA256 as its
+    algorithm; its signatures are thrown away. One per container (made on first use)."""
+    if not _throwaway:
+        _throwaway.append(ec.generate_private_key(ec.SECP256R1()))
+    return _throwaway[0]
+
+
+_throwaway: list[ec.EllipticCurvePrivateKey] = []
+
+
+def kms_sign_tbs(key_id: str, tbs: bytes) -> bytes:
+    """The DER ECDSA-SHA256 signature of `tbs` by the KMS key: one kms:Sign. For any TBS (a
+    certificate's, a CRL's `tbs_certlist_bytes`, a CSR's `tbs_certrequest_bytes`); wrap it with
+    `der.signed(tbs, der.ECDSA_WITH_SHA256, signature)`."""
+    if len(tbs) > MAX_TBS_BYTES:
+        raise Internal(f"a {len(tbs)}-byte TBS is more than KMS signs ({MAX_TBS_BYTES} bytes)")
+    try:
+        response = aws.client("kms").sign(
+            KeyId=key_id, Message=tbs, MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256"
+        )
+    except Exception as failure:
+        _raise_if_unavailable(failure)
+        raise
+    return bytes(response["Signature"])
+
+
+def sign_certificate(
+    builder: x509.CertificateBuilder, key_id: str, public_key: ec.EllipticCurvePublicKey
+) -> x509.Certificate:
+    """`builder`'s certificate signed by the KMS key `key_id` whose public key is `public_key`,
+    checked against that key before it is returned."""
+    draft = builder.sign(_throwaway_key(), hashes.SHA256())
+    tbs = draft.tbs_certificate_bytes
+    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, kms_sign_tbs(key_id, tbs))
+    try:
+        certificate = x509.load_der_x509_certificate(signed)
+        public_key.verify(certificate.signature, tbs, ec.ECDSA(hashes.SHA256()))
+    except (ValueError, InvalidSignature) as failure:
+        raise Internal(f"the certificate KMS key {key_id} signed does not verify") from failure
+    return certificate
+
+
 # --- Pool CAs -------------------------------------------------------------------------------------
 
 
-def pool_ca_certificate_pem(tenant_id: str, pool_id: str) -> str:
+def pool_authorities(
+    tenant_id: str, site_id: str, pool_id: str, *, created_by: str = FIRST_CA_CREATOR
+) -> PoolCa:
+    """The pool's active CA and bundle, from this container's cache while fresh; the pool's first
+    CA is made here when it has none (by `created_by`)."""
     _check_ids(tenant_id, pool_id)
-    return _pool_ca(tenant_id, pool_id).certificate_pem
-
-
-def _pool_ca(tenant_id: str, pool_id: str) -> _PoolCa:
     cached = _cache.get((tenant_id, pool_id))
-    if cached is None:
-        cached = _cache[(tenant_id, pool_id)] = _load_or_create_pool_ca(tenant_id, pool_id)
-    return cached
+    if cached is not None and clock.epoch() - cached.loaded_at < CA_CACHE_SECONDS:
+        return cached
+    stored = authorities_db.read(tenant_id, pool_id)
+    if stored is None:
+        stored = _create_first(tenant_id, site_id, pool_id, created_by)
+    loaded = _cache[(tenant_id, pool_id)] = _loaded(stored)
+    return loaded
 
 
-def _load_or_create_pool_ca(tenant_id: str, pool_id: str) -> _PoolCa:
-    name = f"{settings().ca_secret_prefix}/{tenant_id}/{pool_id}"
-    stored = _read_ca_secret(name)
-    if stored is not None:
-        return _decode(name, stored)
-    candidate = _new_pool_ca_secret(tenant_id, pool_id)
-    if _create_ca_secret(name, candidate):
-        return _decode(name, candidate)
-    # Another container created the pool's CA between our read and our create: theirs is the one.
-    # Secrets Manager is eventually consistent, so the winner's value may take a moment to be readable.
-    for delay in (0.0, 0.1, 0.3, 0.9):
-        time.sleep(delay)
-        stored = _read_ca_secret(name)
-        if stored is not None:
-            return _decode(name, stored)
-    raise Unavailable("the pool CA is being created, retry later")
+def _loaded(stored: Authorities) -> PoolCa:
+    try:
+        certificate = x509.load_pem_x509_certificate(stored.active.certificate_pem.encode())
+    except ValueError as failure:
+        raise Internal(f"the certificate of CA {stored.active.ca_id} is malformed") from failure
+    public_key = certificate.public_key()
+    if not isinstance(public_key, ec.EllipticCurvePublicKey):
+        raise Internal(f"CA {stored.active.ca_id} does not hold an EC key")
+    return PoolCa(stored, certificate, public_key, bundle_pem(stored, int(clock.epoch())), clock.epoch())
 
 
-def _new_pool_ca_secret(tenant_id: str, pool_id: str) -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
+def bundle_pem(stored: Authorities, now_epoch: int) -> str:
+    """Every CA whose certificates may still be valid, active first, each followed by its chain."""
+    return "".join(_with_chain(ca) for ca in bundle_of(stored, now_epoch))
+
+
+def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]:
+    return [stored.active] + [
+        ca
+        for ca in stored.bundle
+        if ca.ca_id != stored.active.ca_id
+        and ca.state == "retired"
+        and ca.bundle_until is not None
+        and ca.bundle_until > now_epoch
+    ]
+
+
+def _with_chain(ca: CertificateAuthority) -> str:
+    return "".join(_ending_in_newline(pem) for pem in (ca.certificate_pem, *ca.chain_pem))
+
+
+def _ending_in_newline(pem: str) -> str:
+    return pem if pem.endswith("\n") else pem + "\n"
+
+
+def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -> Authorities:
+    candidate = _new_ca(tenant_id, site_id, pool_id, created_by=created_by, previous_ca_id=None)
+    try:
+        authorities_db.create_first(candidate)
+    except authorities_db.Contended:
+        # Another caller's first CA won (or is being written): ours is never used.
+        schedule_key_deletion(candidate.key_id)
+        busy = Unavailable("the pool CA is being created, retry later")
+        for _ in deadline.attempts(4, exhausted=busy, backoff=(0.05, 0.5)):
+            stored = authorities_db.read(tenant_id, pool_id)
+            if stored is not None:
+                return stored
+        raise AssertionError("unreachable: attempts() raises when exhausted") from None
+    return Authorities(
+        authorities_db.Pointer(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
+        candidate,
+        (candidate,),
+    )
+
+
+def rotate(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> Authorities:
+    """A new key and CA become the pool's active CA; the one it replaces is retired and stays in the
+    bundle until its certificates have expired. ABORTED when another rotation won meanwhile (its
+    new CA is the one the caller wanted); INVALID_STATE when the pool was archived."""
+    _check_ids(tenant_id, pool_id)
+    stored = authorities_db.read(tenant_id, pool_id)
+    if stored is None:
+        # A pool that never had a CA: its first CA is the new one (whoever made it).
+        _cache.pop((tenant_id, pool_id), None)
+        return _create_first(tenant_id, site_id, pool_id, by)
+    replaced = stored.active.ca_id
+    candidate = _new_ca(tenant_id, site_id, pool_id, created_by=by, previous_ca_id=replaced)
+    busy = Unavailable("the pool's CA kept changing; retry")
+    try:
+        for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
+            if stored.active.ca_id != replaced:
+                raise Aborted(f"the CA of pool {pool_id} was rotated meanwhile; read it again")
+            now = clock.epoch()
+            try:
+                authorities_db.rotate(
+                    stored,
+                    candidate,
+                    retired_at=clock.rfc3339(now),
+                    bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+                    keep=[ca.ca_id for ca in bundle_of(stored, int(now))[1:]],
+                )
+            except authorities_db.Contended:
+                fresh = authorities_db.read(tenant_id, pool_id)
+                assert fresh is not None  # a pointer is never deleted
+                stored = fresh
+                continue
+            _cache.pop((tenant_id, pool_id), None)
+            fresh = authorities_db.read(tenant_id, pool_id)
+            assert fresh is not None
+            return fresh
+    except authorities_db.PoolNotActive:
+        schedule_key_deletion(candidate.key_id)
+        raise InvalidState(
+            "pool is archived; archived pools cannot be changed", reason=POOL_ARCHIVED
+        ) from None
+    except Exception:
+        schedule_key_deletion(candidate.key_id)
+        raise
+    raise AssertionError("unreachable: attempts() raises when exhausted")
+
+
+def _new_ca(
+    tenant_id: str, site_id: str, pool_id: str, *, created_by: str, previous_ca_id: str | None
+) -> CertificateAuthority:
+    """A new KMS key and its self-signed CA certificate (not yet stored)."""
+    ca_id = ids.new_id("ca")
+    key_id = _create_key(ca_id, tenant_id, pool_id)
+    public_key = _public_key(key_id)
     now = clock.now().replace(microsecond=0)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(tenant_id, pool_id))])
-    certificate = (
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(tenant_id, pool_id)),
+            # Two CAs of one pool (before and after a rotation) must not share a name: verifiers
+            # find a certificate's issuer by name first. (OU, not serialNumber: that is a
+            # PrintableString, and a caId holds `_`.)
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ca_id),
+        ]
+    )
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + CA_VALIDITY)
@@ -333,17 +517,26 @@ def _new_pool_ca_secret(tenant_id: str, pool_id: str) -> str:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return json.dumps(
-        {
-            "keyPem": key_pem.decode(),
-            "certificatePem": certificate.public_bytes(serialization.Encoding.PEM).decode(),
-        }
+    try:
+        certificate = sign_certificate(builder, key_id, public_key)
+    except Exception:
+        schedule_key_deletion(key_id)
+        raise
+    created_at = clock.rfc3339(now)
+    return CertificateAuthority(
+        ca_id=ca_id,
+        tenant_id=tenant_id,
+        site_id=site_id,
+        pool_id=pool_id,
+        key_id=key_id,
+        certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
+        state="active",
+        created_at=created_at,
+        created_by=created_by,
+        activated_at=created_at,
+        previous_ca_id=previous_ca_id,
     )
 
 
@@ -361,58 +554,87 @@ def _ca_common_name(tenant_id: str, pool_id: str) -> str:
     )
 
 
-def _decode(name: str, secret_string: str) -> _PoolCa:
+def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
+    """What `certificateAuthorities/get` shows of a CA (views.CertificateAuthority's keys)."""
+    certificate = x509.load_pem_x509_certificate(ca.certificate_pem.encode())
+    return {
+        "caId": ca.ca_id,
+        "certificate": ca.certificate_pem,
+        "notBefore": clock.rfc3339(certificate.not_valid_before_utc),
+        "notAfter": clock.rfc3339(certificate.not_valid_after_utc),
+        "state": "active" if ca.state == "active" else "retired",
+        "createdAt": ca.created_at,
+        "upstream": bool(ca.chain_pem),
+    }
+
+
+# --- KMS: the calls this module makes --------------------------------------------------------------
+
+
+def _create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:
+    """A new P-256 signing key, tagged with the stack (what IAM lets functions sign with), tenant and
+    pool, and aliased by the caId (tenant and pool ids may hold characters an alias refuses)."""
+    config = settings()
+    client = aws.client("kms")
     try:
-        stored = json.loads(secret_string)
-        key = serialization.load_pem_private_key(stored["keyPem"].encode(), password=None)
-        certificate = x509.load_pem_x509_certificate(stored["certificatePem"].encode())
-    except (ValueError, KeyError, TypeError, AttributeError, UnsupportedAlgorithm) as failure:
-        raise Internal(f"the pool CA secret {name} is malformed") from failure
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != certificate.public_key():
-        raise Internal(f"the pool CA secret {name} holds a key that does not match its certificate")
-    return _PoolCa(key=key, certificate=certificate, certificate_pem=stored["certificatePem"])
-
-
-# --- Secrets Manager: the only two calls this module makes ----------------------------------------
-
-
-def _read_ca_secret(name: str) -> str | None:
-    client = aws.client("secretsmanager")
-    try:
-        return str(client.get_secret_value(SecretId=name)["SecretString"])
-    except client.exceptions.ResourceNotFoundException:
-        return None
+        metadata = client.create_key(
+            KeySpec="ECC_NIST_P256",
+            KeyUsage="SIGN_VERIFY",
+            Description=f"Joinplane CA {ca_id} of pool {tenant_id}/{pool_id}",
+            Tags=[
+                {"TagKey": "joinplane:stack", "TagValue": config.kms_stack_tag},
+                {"TagKey": "joinplane:tenant", "TagValue": tenant_id},
+                {"TagKey": "joinplane:pool", "TagValue": pool_id},
+                {"TagKey": "joinplane:ca", "TagValue": ca_id},
+            ],
+        )["KeyMetadata"]
+        client.create_alias(AliasName=f"{config.kms_alias_prefix}/{ca_id}", TargetKeyId=metadata["KeyId"])
     except Exception as failure:
         _raise_if_unavailable(failure)
         raise
+    return str(metadata["Arn"])
 
 
-def _create_ca_secret(name: str, secret_string: str) -> bool:
-    """False when the secret already exists: another caller's CA won the race."""
-    client = aws.client("secretsmanager")
+def _public_key(key_id: str) -> ec.EllipticCurvePublicKey:
     try:
-        client.create_secret(
-            Name=name,
-            SecretString=secret_string,
-            Description="Joinplane pool CA (private key and certificate)",
+        response = aws.client("kms").get_public_key(KeyId=key_id)
+    except Exception as failure:
+        _raise_if_unavailable(failure)
+        raise
+    key = serialization.load_der_public_key(bytes(response["PublicKey"]))
+    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise Internal(f"KMS key {key_id} is not a P-256 key")
+    return key
+
+
+def schedule_key_deletion(key_id: str) -> None:
+    """Best effort: a key that is never used costs $1 a month until deleted; a failure here must not
+    hide the caller's own outcome."""
+    try:
+        aws.client("kms").schedule_key_deletion(KeyId=key_id, PendingWindowInDays=KEY_DELETION_DAYS)
+    except Exception as failure:
+        from joinplane import observe
+
+        observe.log(
+            "WARNING",
+            "a KMS key could not be scheduled for deletion",
+            keyId=key_id,
+            error=type(failure).__name__,
         )
-    except client.exceptions.ResourceExistsException:
-        return False
-    except Exception as failure:
-        _raise_if_unavailable(failure)
-        raise
-    return True
 
 
 _UNAVAILABLE_CODES = frozenset(
     {
         "InternalServiceError",
+        "KMSInternalException",
+        "DependencyTimeoutException",
         "ServiceUnavailable",
         "ServiceUnavailableException",
         "Throttling",
         "ThrottlingException",
         "TooManyRequestsException",
         "RequestLimitExceeded",
+        "LimitExceededException",
     }
 )
 
@@ -422,9 +644,9 @@ def _raise_if_unavailable(failure: Exception) -> None:
     from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
     if isinstance(failure, ConnectionError | HTTPClientError):
-        raise Unavailable("the secret store is unavailable, retry later") from failure
+        raise Unavailable("the key store (KMS) is unavailable, retry later") from failure
     if isinstance(failure, ClientError):
         status = failure.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         code = failure.response.get("Error", {}).get("Code")
         if code in _UNAVAILABLE_CODES or status == 429 or status >= 500:
-            raise Unavailable("the secret store is unavailable, retry later") from failure
+            raise Unavailable("the key store (KMS) is unavailable, retry later") from failure

@@ -26,9 +26,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from joinplane import aws, observe
+from joinplane import aws, clock, observe
 from joinplane.dal import stream
 from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.authorities import CertificateAuthority
 from joinplane.dal.clusters import ClusterKey, ClusterNode
 from joinplane.dal.discovery import DiscoveryEntry
 from joinplane.dal.pools import Pool
@@ -46,6 +47,7 @@ ADMIN = (
     "security.api-key.",
     "security.pool.",
     "security.cluster-key.",
+    "security.certificate-authority.",
     "security.discovery-entry.",
     "security.tpm-key.",
     "security.machine.revoked",
@@ -66,7 +68,9 @@ def event_id(*parts: str) -> str:
     return "evt_" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def _common(image: RequestImage | MachineImage | ClusterNode | Pool | ClusterKey) -> dict[str, Any]:
+def _common(
+    image: RequestImage | MachineImage | ClusterNode | Pool | ClusterKey | CertificateAuthority,
+) -> dict[str, Any]:
     return {"tenantId": image.tenant_id, "siteId": image.site_id, "poolId": image.pool_id}
 
 
@@ -295,6 +299,40 @@ def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
     )
 
 
+def _certificate_authority_event(old: CertificateAuthority | None, new: CertificateAuthority) -> Event | None:
+    # A CA put as `active` is the pool's first (created) or a rotation's (rotated); the retirement of
+    # the one it replaced is the same transaction, not another event. A `pending` CA (a CSR awaiting
+    # its upstream's signature) is not yet an authority; once the bundle lets a retired CA go
+    # (`expired`), that is the CA's last event.
+    if old is None and new.state == "active":
+        detail_type = (
+            "security.certificate-authority.rotated"
+            if new.previous_ca_id
+            else "security.certificate-authority.created"
+        )
+        occurred_at = new.created_at
+    elif old is not None and old.state == "retired" and new.state == "expired":
+        detail_type, occurred_at = "security.certificate-authority.expired", new.expired_at or ""
+    else:
+        return None
+    return Event(
+        detail_type,
+        {
+            "eventId": event_id(detail_type, new.ca_id),
+            "occurredAt": occurred_at,
+            **_common(new),
+            "caId": new.ca_id,
+            "previousCaId": new.previous_ca_id,
+            "keyId": new.key_id,
+            "upstream": bool(new.chain_pem),
+            "state": new.state,
+            "bundleUntil": clock.rfc3339(new.bundle_until) if new.bundle_until is not None else None,
+            # The acting API key; `join` for a first CA a join made, `retention` for an expiry.
+            "decidedBy": new.created_by if new.state == "active" else "retention",
+        },
+    )
+
+
 def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event | None:
     if old is not None:
         return None  # entries are never changed in place
@@ -371,6 +409,7 @@ _BUILDERS: dict[type[Any], Any] = {
     ApiKey: _api_key_event,
     Pool: _pool_event,
     ClusterKey: _cluster_key_event,
+    CertificateAuthority: _certificate_authority_event,
     DiscoveryEntry: _discovery_event,
     AllowedKey: _tpm_key_event,
     Removal: _removal_event,
@@ -425,9 +464,21 @@ class EventBridgePublisher:
             for attempt in range(self.attempts):
                 try:
                     response = aws.client("events").put_events(Entries=[self._entry(e) for e in pending])
-                    pending = [
-                        e for e, r in zip(pending, response["Entries"], strict=True) if r.get("ErrorCode")
+                    refused = [
+                        (e, r) for e, r in zip(pending, response["Entries"], strict=True) if r.get("ErrorCode")
                     ]
+                    for event, entry in refused:
+                        # What EventBridge said of each entry: the first thing on-call reads.
+                        observe.log(
+                            "WARNING",
+                            "PutEvents failed",
+                            attempt=attempt + 1,
+                            eventId=event.event_id,
+                            detailType=event.detail_type,
+                            errorCode=entry.get("ErrorCode"),
+                            errorMessage=entry.get("ErrorMessage"),
+                        )
+                    pending = [e for e, _ in refused]
                 except Exception as error:
                     # Any failure of the call (throttling, outage): retry, then report the batch.
                     observe.log(
@@ -436,6 +487,7 @@ class EventBridgePublisher:
                         attempt=attempt + 1,
                         events=len(pending),
                         error=type(error).__name__,
+                        errorCode=getattr(error, "response", {}).get("Error", {}).get("Code"),
                     )
                 if not pending:
                     break
@@ -468,7 +520,9 @@ def publish_stream_batch(records: Iterable[Mapping[str, Any]], publisher: Publis
     for record in ordered:
         try:
             event = from_stream_record(record)
-        except Exception as error:  # any decoding error is a bug or corrupt data, never transient
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            # A decoding error is a bug or corrupt data, never transient. Anything else (out of
+            # memory, say) fails the invocation, and the stream retries the whole batch.
             _set_aside(record, error)
             continue
         if event is not None:

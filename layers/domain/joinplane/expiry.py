@@ -1,4 +1,5 @@
-"""The retention job's one task: mark join requests past their expiry `expired`.
+"""The retention job: mark join requests past their expiry `expired`, and let retired pool CAs
+whose certificates have all expired leave their pool's bundle (their KMS keys scheduled for deletion).
 
 Apart from joinplane.join_requests, whose operator models (pydantic) the scheduled function has no
 use for: without them its cold start is a third shorter (make bench).
@@ -6,10 +7,15 @@ use for: without them its cold start is a third shorter (make bench).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from joinplane import clock, observe
+from joinplane import aws, clock, observe
+from joinplane.dal import authorities as authorities_db
 from joinplane.dal import requests as requests_db
+
+# KMS's shortest waiting period: a key scheduled by mistake can still be cancelled for a week.
+KEY_DELETION_DAYS = 7
 
 
 def expire_due(max_items: int = 1000) -> int:
@@ -40,3 +46,43 @@ def expire_due(max_items: int = 1000) -> int:
                 break
             start = page.next
     return marked
+
+
+def expire_retired_authorities(max_items: int = 100) -> int:
+    """Retired CAs past their bundleUntil (see docs/pki.md: no certificate they issued is still
+    valid) leave the bundle: their keys are scheduled for deletion first, then one transaction
+    marks the CA `expired` and drops it from the pool's bundle at the pointer's version. A run that
+    stops between the two is redone by the next (the key is already pending deletion: fine)."""
+    now = int(clock.epoch())
+    expired = 0
+    start: dict[str, Any] | None = None
+    while expired < max_items:
+        page = authorities_db.retired_due(now, limit=min(100, max_items - expired), start=start)
+        for due in page.authorities:
+            pointer = authorities_db.get_pointer(due.tenant_id, due.pool_id)
+            if pointer is None or due.bundle_until is None or due.bundle_until > now:
+                continue
+            _schedule_key_deletion(due.key_id)
+            try:
+                authorities_db.expire(pointer, due, clock.rfc3339(now))
+            except authorities_db.Contended:
+                continue  # changed meanwhile (a rotation, another run): the next run looks again
+            expired += 1
+            observe.log(
+                "INFO",
+                "certificate authority expired",
+                tenantId=due.tenant_id,
+                poolId=due.pool_id,
+                caId=due.ca_id,
+            )
+        if page.next is None:
+            break
+        start = page.next
+    return expired
+
+
+def _schedule_key_deletion(key_id: str) -> None:
+    client = aws.client("kms")
+    # Already pending deletion: a run before this one scheduled it.
+    with contextlib.suppress(client.exceptions.KMSInvalidStateException):
+        client.schedule_key_deletion(KeyId=key_id, PendingWindowInDays=KEY_DELETION_DAYS)

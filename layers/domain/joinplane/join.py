@@ -21,8 +21,8 @@ GetItem for the pool and one Secrets Manager read for the pool's CA):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from joinplane import (
     clock,
@@ -85,14 +85,15 @@ def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> Pool:
 # --- what a join hands out -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Certificate:
-    """A machine's client certificate from its pool's CA; all empty for a fingerprint identity."""
+class Certificate(NamedTuple):
+    """A machine's client certificate from its pool's CA; all empty for a fingerprint identity.
+    `ca_certificates` is the pool's bundle (the issuing CA first), `ca_id` the issuing CA."""
 
     certificate: str = ""
     ca_certificates: str = ""
     expires_at: str = ""
     serial: str = ""
+    ca_id: str = ""
 
 
 def issue_certificate(csr: Any, pool: Pool, machine_id: str) -> Certificate:
@@ -103,13 +104,18 @@ def issue_certificate(csr: Any, pool: Pool, machine_id: str) -> Certificate:
 
     issued = ca.issue_machine_certificate(
         tenant_id=pool.tenant_id,
+        site_id=pool.site_id,
         pool_id=pool.pool_id,
         machine_id=machine_id,
         csr=csr,
         lifetime_seconds=pool.certificate_ttl_seconds,
     )
     return Certificate(
-        issued.certificate_pem, issued.ca_certificates_pem, clock.rfc3339(issued.expires_at), issued.serial
+        issued.certificate_pem,
+        issued.ca_certificates_pem,
+        clock.rfc3339(issued.expires_at),
+        issued.serial,
+        issued.ca_id,
     )
 
 

@@ -148,6 +148,18 @@ ROUTES: tuple[Route, ...] = (
         "joinplane.clusters.membership:ListClusterGuests",
         "ClusterGuestList",
     ),
+    _operator(
+        "CertificateAuthoritiesFunction",
+        "/api/compute/certificateAuthorities/get",
+        "joinplane.authorities:CertificateAuthorityRef",
+        "CertificateAuthorities",
+    ),
+    _operator(
+        "CertificateAuthoritiesFunction",
+        "/api/compute/certificateAuthorities/rotate",
+        "joinplane.authorities:CertificateAuthorityRef",
+        "CertificateAuthorities",
+    ),
     # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, seed-exact,
     # since a pydantic schema would not say proto3 JSON (either field name, int64 as a string);
     # a contract test holds them to the answers' TypedDicts (views.JoinMachineResponse, ...).

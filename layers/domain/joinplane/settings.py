@@ -13,8 +13,10 @@ from joinplane import container
 class Settings(NamedTuple):
     table_name: str
     event_bus_name: str = "default"
-    # Secrets Manager name prefix for each pool's CA: `<prefix>/<tenantId>/<poolId>`.
-    ca_secret_prefix: str = "joinplane/ca"
+    # Each pool CA's KMS key is aliased `<prefix>/<caId>` (template: alias/joinplane/<stack>) and
+    # tagged joinplane:stack=<tag>, the tag IAM lets the functions sign with.
+    kms_alias_prefix: str = "alias/joinplane/local"
+    kms_stack_tag: str = "joinplane-local"
     # The authority of every machine's SPIFFE ID (template parameter SpiffeTrustDomain). Checked
     # where IDs are made (joinplane.spiffe), so a bad value fails certificate issuance, not every function.
     spiffe_trust_domain: str = "joinplane.internal"
@@ -27,7 +29,8 @@ def settings() -> Settings:
     return Settings(
         table_name=os.environ["TABLE_NAME"],
         event_bus_name=os.environ.get("EVENT_BUS_NAME", "default"),
-        ca_secret_prefix=os.environ.get("CA_SECRET_PREFIX", "joinplane/ca"),
+        kms_alias_prefix=os.environ.get("KMS_ALIAS_PREFIX", "alias/joinplane/local"),
+        kms_stack_tag=os.environ.get("KMS_STACK_TAG", "joinplane-local"),
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
         audit_retention_days=int(os.environ.get("AUDIT_RETENTION_DAYS", "400")),
     )

@@ -387,6 +387,31 @@ class ClusterKeyRotated(TypedDict):
 
 
 @with_config(VIEW)
+class CertificateAuthority(TypedDict):
+    caId: Annotated[str, Field(pattern=r"^ca_[0-9a-z]{26}$")]
+    certificate: Annotated[str, Field(description="The CA certificate, PEM.")]
+    notBefore: Timestamp
+    notAfter: Timestamp
+    state: Literal["active", "retired"]
+    createdAt: Timestamp
+    upstream: Annotated[
+        bool, Field(description="True when the CA is an intermediate signed by an upstream root.")
+    ]
+
+
+@with_config(VIEW)
+class CertificateAuthorities(TypedDict):
+    active: Annotated[CertificateAuthority, Field(description="The CA that signs new certificates.")]
+    bundle: Annotated[
+        list[str],
+        Field(
+            description="PEM certificates to trust for the pool's machines: the active CA first, then "
+            "every retired CA whose certificates may still be valid, each followed by its chain."
+        ),
+    ]
+
+
+@with_config(VIEW)
 class ClusterNode(TypedDict):
     nodeId: str
     nodeIp: str

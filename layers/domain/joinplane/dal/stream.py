@@ -1,7 +1,8 @@
 """The table's stream, read as changes of the items security events are made from: join requests,
 machines and cluster nodes, and what operators administer: join tokens, API keys, pools, cluster
-keys, discovery entries, TPM allow-list keys and the records of their removal (old and new image,
-NEW_AND_OLD_IMAGES). template.yaml's FilterCriteria passes exactly these items to the publisher.
+keys, certificate authorities, discovery entries, TPM allow-list keys and the records of their
+removal (old and new image, NEW_AND_OLD_IMAGES). template.yaml's FilterCriteria passes exactly
+these items to the publisher.
 
 The images are read tolerantly: the publisher's contract (shared/samples' stream records) holds
 images with only the attributes it reads, so every attribute but an item's id may be absent. They
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo, items, machines, removals, requests
 from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.authorities import CertificateAuthority
 from joinplane.dal.clusters import ClusterKey, ClusterNode
 from joinplane.dal.discovery import DiscoveryEntry
 from joinplane.dal.dynamo import Item
@@ -81,6 +83,7 @@ Image = (
     | JoinToken
     | ApiKey
     | ClusterKey
+    | CertificateAuthority
     | Pool
     | DiscoveryEntry
     | AllowedKey
@@ -94,6 +97,7 @@ _BY_PREFIX: dict[str, Callable[[Item], Image]] = {
     "JOINTOKEN#": JoinToken.from_item,
     "APIKEY#": ApiKey.from_item,
     "CLUSTERKEY#": ClusterKey.from_item,
+    "CA#": CertificateAuthority.from_item,
     removals.PREFIX: Removal.from_item,
 }
 

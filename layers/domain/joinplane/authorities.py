@@ -1,0 +1,51 @@
+"""Pool certificate authorities, for operators: read a pool's active CA and bundle, rotate it.
+
+`get` makes the pool's first CA when it has none, as the pool's first join would: a pool always
+has a CA to show, and the answer never depends on whether a machine has joined yet. The CA code
+(joinplane.ca, which loads `cryptography`) is imported when a request needs it, not at cold start.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from joinplane import clock, errors, pools
+from joinplane.errors import InvalidState
+from joinplane.grants import Principal
+
+if TYPE_CHECKING:
+    from joinplane import views
+    from joinplane.dal.authorities import Authorities
+
+
+class CertificateAuthorityRef(pools.PoolRef):
+    """The pool whose certificate authorities are meant."""
+
+
+def get(principal: Principal, request: CertificateAuthorityRef) -> views.CertificateAuthorities:
+    from joinplane import ca
+
+    pool = pools.load(principal, request.tenantId, request.poolId, pools.READ)
+    loaded = ca.pool_authorities(pool.tenant_id, pool.site_id, pool.pool_id, created_by=principal.key_id)
+    return _view(loaded.authorities)
+
+
+def rotate(principal: Principal, request: CertificateAuthorityRef) -> views.CertificateAuthorities:
+    """A new KMS key and CA; the previous CA is retired and stays in the bundle while certificates it
+    issued may be valid. ABORTED when another rotation of the pool won meanwhile."""
+    from joinplane import ca
+
+    pool = pools.load(principal, request.tenantId, request.poolId, pools.WRITE)
+    if not pool.active:
+        raise InvalidState("pool is archived; archived pools cannot be changed", reason=errors.POOL_ARCHIVED)
+    return _view(ca.rotate(pool.tenant_id, pool.site_id, pool.pool_id, by=principal.key_id))
+
+
+def _view(stored: Authorities) -> views.CertificateAuthorities:
+    from joinplane import ca
+
+    bundle = ca.bundle_of(stored, int(clock.epoch()))
+    return {
+        "active": ca.view_of(stored.active),
+        "bundle": [pem for authority in bundle for pem in (authority.certificate_pem, *authority.chain_pem)],
+    }
