@@ -465,7 +465,9 @@ class EventBridgePublisher:
                 try:
                     response = aws.client("events").put_events(Entries=[self._entry(e) for e in pending])
                     refused = [
-                        (e, r) for e, r in zip(pending, response["Entries"], strict=True) if r.get("ErrorCode")
+                        (e, r)
+                        for e, r in zip(pending, response["Entries"], strict=True)
+                        if r.get("ErrorCode")
                     ]
                     for event, entry in refused:
                         # What EventBridge said of each entry: the first thing on-call reads.
