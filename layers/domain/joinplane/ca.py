@@ -592,7 +592,8 @@ def _create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:
     except Exception as failure:
         _raise_if_unavailable(failure)
         raise
-    return str(metadata["Arn"])
+    # The key id, not the ARN: every call takes either, and moto's ScheduleKeyDeletion only the id.
+    return str(metadata["KeyId"])
 
 
 def _public_key(key_id: str) -> ec.EllipticCurvePublicKey:

@@ -1,0 +1,403 @@
+"""Issue 12, items 1 and 2: each pool's CA key is a KMS key that never leaves KMS, rotation keeps a
+trust bundle, and every change is one transaction. Checked against the session's moto server (KMS
+and DynamoDB) and with the openssl CLI, as a machine or a verifier would."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from joinplane import aws, ca, clock, container, der, expiry
+from joinplane.dal import authorities as authorities_db
+from joinplane.dal import dynamo
+from joinplane.dal.pools import pool_key
+from joinplane.errors import Aborted, Internal, InvalidState, JoinplaneError, Unavailable
+from tests.support import release_together
+from tests.support.csr import Csrs, OpensslTool, openssl
+
+TENANT, SITE = "acme", "s1"
+THREADS = 8
+
+
+@pytest.fixture
+def pool(table: str) -> str:
+    """A fresh active pool (the rotation transaction checks the pool is active)."""
+    pool_id = f"pool-{uuid.uuid4().hex[:8]}"
+    pk, sk = pool_key(TENANT, pool_id)
+    dynamo.put({"pk": pk, "sk": sk, "state": "active", "tenantId": TENANT, "poolId": pool_id})
+    return pool_id
+
+
+@pytest.fixture
+def kms_calls() -> Iterator[Counter[str]]:
+    counted: Counter[str] = Counter()
+
+    def count(event_name: str, **_: Any) -> None:
+        counted[event_name.rsplit(".", 1)[-1]] += 1
+
+    for service in ("kms", "dynamodb"):
+        aws.client(service).meta.events.register(f"before-call.{service}.*", count, unique_id="kms-calls")
+    yield counted
+    for service in ("kms", "dynamodb"):
+        aws.client(service).meta.events.unregister(f"before-call.{service}.*", unique_id="kms-calls")
+
+
+def issue(csrs: Csrs, pool: str, machine: str = "mach_01", kind: str = "p256") -> ca.IssuedCertificate:
+    return ca.issue_machine_certificate(
+        tenant_id=TENANT,
+        site_id=SITE,
+        pool_id=pool,
+        machine_id=machine,
+        csr=ca.parse_csr(csrs[kind].pem),
+        lifetime_seconds=3600,
+    )
+
+
+def stored(pool: str) -> authorities_db.Authorities:
+    found = authorities_db.read(TENANT, pool)
+    assert found is not None
+    return found
+
+
+def kms_public_key_pem(key_id: str) -> str:
+    der_bytes = aws.client("kms").get_public_key(KeyId=key_id)["PublicKey"]
+    key = serialization.load_der_public_key(der_bytes)
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+
+
+def key_state(key_id: str) -> str:
+    return str(aws.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"])
+
+
+# --- the key never leaves KMS ---------------------------------------------------------------------
+
+
+def test_a_pools_first_certificate_makes_a_tagged_p256_kms_key_whose_public_key_the_ca_holds(
+    csrs: Csrs, ossl: OpensslTool, pool: str
+) -> None:
+    # When a pool's first certificate is issued
+    issued = issue(csrs, pool)
+    # Then the pool has one active CA, made by a join, whose key is a KMS signing key on P-256
+    authorities = stored(pool)
+    active = authorities.active
+    assert (active.state, active.created_by, authorities.pointer.bundle) == (
+        "active",
+        "join",
+        (active.ca_id,),
+    )
+    metadata = aws.client("kms").describe_key(KeyId=active.key_id)["KeyMetadata"]
+    assert (metadata["KeySpec"], metadata["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
+    tags = {
+        t["TagKey"]: t["TagValue"] for t in aws.client("kms").list_resource_tags(KeyId=active.key_id)["Tags"]
+    }
+    assert tags == {
+        "joinplane:stack": "joinplane-local",
+        "joinplane:tenant": TENANT,
+        "joinplane:pool": pool,
+        "joinplane:ca": active.ca_id,
+    }
+    aliases = aws.client("kms").list_aliases(KeyId=metadata["KeyId"])["Aliases"]
+    assert [a["AliasName"] for a in aliases] == [f"alias/joinplane/local/{active.ca_id}"]
+    # And openssl reads the KMS key's public key out of the CA certificate the machine was handed
+    ca_file = ossl.write("ca.pem", issued.ca_certificates_pem)
+    assert openssl("x509", "-in", str(ca_file), "-noout", "-pubkey").stdout == kms_public_key_pem(
+        active.key_id
+    )
+    # And the machine's certificate verifies under it, signed by that key (no private key anywhere)
+    assert ossl.verify(issued.ca_certificates_pem, issued.certificate_pem).returncode == 0
+    assert issued.ca_id == active.ca_id
+    ca_cert = x509.load_pem_x509_certificate(active.certificate_pem.encode())
+    assert ca_cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)[0].value == active.ca_id
+    ca_cert.verify_directly_issued_by(ca_cert)
+
+
+def test_the_alias_prefix_and_stack_tag_come_from_settings(
+    csrs: Csrs, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KMS_ALIAS_PREFIX", "alias/joinplane/prod")
+    monkeypatch.setenv("KMS_STACK_TAG", "prod")
+    container.reset(keep_clients=True)
+    issue(csrs, pool)
+    key_id = stored(pool).active.key_id
+    tags = {t["TagKey"]: t["TagValue"] for t in aws.client("kms").list_resource_tags(KeyId=key_id)["Tags"]}
+    assert tags["joinplane:stack"] == "prod"
+    aliases = aws.client("kms").list_aliases(KeyId=key_id)["Aliases"]
+    assert [a["AliasName"] for a in aliases] == [f"alias/joinplane/prod/{stored(pool).active.ca_id}"]
+
+
+def test_a_warm_container_issues_with_one_kms_sign_and_no_other_call(
+    csrs: Csrs, ossl: OpensslTool, pool: str, kms_calls: Counter[str]
+) -> None:
+    # Given a container that issued the pool's first certificate
+    first = issue(csrs, pool)
+    kms_calls.clear()
+    # When it issues three more
+    later = [
+        issue(csrs, pool, machine=f"mach_0{n}", kind=kind)
+        for n, kind in ((2, "p256"), (3, "ed25519"), (4, "rsa2048"))
+    ]
+    # Then each cost exactly one kms:Sign, and nothing else (no DynamoDB, no GetPublicKey)
+    assert kms_calls == Counter({"Sign": 3})
+    for issued in later:
+        assert ossl.verify(first.ca_certificates_pem, issued.certificate_pem).returncode == 0
+
+
+def test_a_cold_container_reads_the_stored_ca_and_signs_once(
+    csrs: Csrs, pool: str, kms_calls: Counter[str]
+) -> None:
+    first = issue(csrs, pool)
+    container.reset(keep_clients=True)  # a new container; its clients are still the counted ones
+    kms_calls.clear()
+    again = issue(csrs, pool, machine="mach_02")
+    # Then: the pointer, the bundle's CAs in one batch, one signature; no key made, no public key read
+    assert kms_calls == Counter({"GetItem": 1, "BatchGetItem": 1, "Sign": 1})
+    assert again.ca_certificates_pem == first.ca_certificates_pem
+
+
+def test_after_the_cache_time_a_container_reads_the_ca_again(
+    csrs: Csrs, pool: str, kms_calls: Counter[str]
+) -> None:
+    issue(csrs, pool)
+    kms_calls.clear()
+    clock.advance(ca.CA_CACHE_SECONDS)
+    issue(csrs, pool, machine="mach_02")
+    assert kms_calls == Counter({"GetItem": 1, "BatchGetItem": 1, "Sign": 1})
+
+
+def test_a_tbs_larger_than_kms_signs_is_refused_before_kms_is_called(kms_calls: Counter[str]) -> None:
+    with pytest.raises(Internal, match="4097-byte TBS"):
+        ca.kms_sign_tbs("any-key", b"\x00" * 4097)
+    assert kms_calls == Counter()
+
+
+def test_a_signature_that_does_not_verify_under_the_ca_key_fails_loudly(csrs: Csrs, pool: str) -> None:
+    # Given the pool's CA, and a certificate builder signed by a KMS key that is not the CA's
+    issue(csrs, pool)
+    loaded = ca.pool_authorities(TENANT, SITE, pool)
+    other = aws.client("kms").create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"][
+        "Arn"
+    ]
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "x")])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(loaded.public_key)
+        .serial_number(1)
+        .not_valid_before(clock.now())
+        .not_valid_after(clock.now())
+    )
+    # When it is "signed" with the wrong key / Then nothing is returned: an Internal error
+    with pytest.raises(Internal, match="does not verify"):
+        ca.sign_certificate(builder, other, loaded.public_key)
+
+
+def test_the_der_wrapping_is_what_cryptography_itself_writes() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "der")])
+    from cryptography.hazmat.primitives import hashes
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(clock.now())
+        .not_valid_after(clock.now())
+        .sign(key, hashes.SHA256())
+    )
+    wrapped = der.signed(cert.tbs_certificate_bytes, der.ECDSA_WITH_SHA256, cert.signature)
+    assert wrapped == cert.public_bytes(serialization.Encoding.DER)
+    assert (
+        der.length(0x7F) == b"\x7f"
+        and der.length(0x80) == b"\x81\x80"
+        and der.length(0x1234) == b"\x82\x12\x34"
+    )
+
+
+@pytest.mark.parametrize(
+    "code", ["ThrottlingException", "KMSInternalException", "DependencyTimeoutException"]
+)
+def test_kms_throttling_and_outages_are_unavailable(code: str) -> None:
+    client = aws.client("kms")
+    with Stubber(client) as stub:
+        stub.add_client_error("sign", code, http_status_code=400 if code == "ThrottlingException" else 500)
+        with pytest.raises(Unavailable, match="KMS"):
+            ca.kms_sign_tbs("key", b"tbs")
+
+
+def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:
+    client = aws.client("kms")
+    with Stubber(client) as stub:
+        stub.add_client_error("sign", "AccessDeniedException", http_status_code=400)
+        with pytest.raises(client.exceptions.ClientError) as raised:
+            ca.kms_sign_tbs("key", b"tbs")
+    assert not isinstance(raised.value, Unavailable)
+
+
+# --- rotation and the bundle ----------------------------------------------------------------------
+
+
+def test_rotation_keeps_machines_issued_before_it_verifying_with_the_bundle(
+    csrs: Csrs, ossl: OpensslTool, pool: str
+) -> None:
+    # Given a machine certificate from the pool's first CA
+    before = issue(csrs, pool, machine="mach_before")
+    first = stored(pool).active
+    # When the CA is rotated
+    rotated = ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    # Then a new key and CA are active, the first is retired and stays in the bundle (active first)
+    assert rotated.active.ca_id != first.ca_id and rotated.active.key_id != first.key_id
+    assert rotated.active.previous_ca_id == first.ca_id and rotated.active.created_by == "jpk_admin"
+    assert rotated.pointer.bundle == (rotated.active.ca_id, first.ca_id)
+    retired = authorities_db.get(first.ca_id)
+    assert retired is not None and retired.state == "retired"
+    assert retired.bundle_until is not None
+    assert abs(retired.bundle_until - int(clock.epoch()) - ca.BUNDLE_GRACE_SECONDS) <= 2
+    # And the same container's next certificate comes from the new CA, with the bundle of both
+    after = issue(csrs, pool, machine="mach_after")
+    assert after.ca_id == rotated.active.ca_id
+    bundle = after.ca_certificates_pem
+    assert bundle.count("BEGIN CERTIFICATE") == 2
+    assert bundle.startswith(rotated.active.certificate_pem)
+    # And openssl verifies both machines with the bundle, and each only under its own CA
+    for issued in (before, after):
+        result = ossl.verify(bundle, issued.certificate_pem)
+        assert result.returncode == 0, result.stderr
+    assert ossl.verify(first.certificate_pem, after.certificate_pem).returncode != 0
+    assert ossl.verify(rotated.active.certificate_pem, before.certificate_pem).returncode != 0
+    # And the two CAs have distinct names (verifiers find issuers by name)
+    names = {
+        x509.load_pem_x509_certificate(c.certificate_pem.encode()).subject for c in (first, rotated.active)
+    }
+    assert len(names) == 2
+
+
+def test_a_retired_ca_leaves_the_bundle_once_its_certificates_expired_and_its_key_is_scheduled_for_deletion(
+    csrs: Csrs, ossl: OpensslTool, pool: str
+) -> None:
+    # Given a rotated pool
+    issue(csrs, pool)
+    first = stored(pool).active
+    ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    # When the retention job runs before bundleUntil / Then nothing changes
+    assert expiry.expire_retired_authorities() == 0
+    assert stored(pool).pointer.bundle[1:] == (first.ca_id,)
+    # When the clock passes bundleUntil (30 days + skew + cache) and the job runs
+    clock.advance(ca.BUNDLE_GRACE_SECONDS + 1)
+    assert expiry.expire_retired_authorities() >= 1
+    # Then the first CA is expired, out of the bundle, and its key is pending deletion in KMS
+    expired = authorities_db.get(first.ca_id)
+    assert expired is not None and expired.state == "expired"
+    assert stored(pool).pointer.bundle == (stored(pool).active.ca_id,)
+    assert key_state(first.key_id) == "PendingDeletion"
+    # And a new certificate's bundle is the active CA alone
+    container.reset(keep_clients=True)
+    assert issue(csrs, pool).ca_certificates_pem.count("BEGIN CERTIFICATE") == 1
+    # And a second run finds nothing more to do
+    assert expiry.expire_retired_authorities() == 0
+
+
+def test_a_retired_ca_past_bundle_until_is_left_out_even_before_the_job_runs(csrs: Csrs, pool: str) -> None:
+    issue(csrs, pool)
+    ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    clock.advance(ca.BUNDLE_GRACE_SECONDS + 1)
+    assert issue(csrs, pool).ca_certificates_pem.count("BEGIN CERTIFICATE") == 1
+
+
+def test_rotating_an_archived_pool_is_refused_and_changes_nothing(csrs: Csrs, pool: str) -> None:
+    issue(csrs, pool)
+    before = stored(pool)
+    dynamo.update(
+        *pool_key(TENANT, pool), update="SET #s = :a", names={"#s": "state"}, values={":a": "archived"}
+    )
+    with pytest.raises(InvalidState) as refused:
+        ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    assert refused.value.reason == "POOL_ARCHIVED"
+    assert stored(pool) == before
+    assert [c.ca_id for c in authorities_db.list_pool(TENANT, pool)] == [before.active.ca_id]
+    # And the key it made for the refused rotation is scheduled for deletion
+    keys = aws.client("kms").list_keys()["Keys"]
+    pending = [
+        k["KeyId"]
+        for k in keys
+        if key_state(k["KeyId"]) == "PendingDeletion"
+        and {t["TagValue"] for t in aws.client("kms").list_resource_tags(KeyId=k["KeyId"])["Tags"]} >= {pool}
+    ]
+    assert len(pending) == 1
+
+
+# --- races: released together against the one moto server ------------------------------------------
+
+
+def test_eight_first_joins_of_a_new_pool_converge_on_one_ca_and_the_losers_keys_are_deleted(
+    csrs: Csrs, pool: str
+) -> None:
+    # Given eight containers that have never seen the pool, each with a machine's CSR in hand
+    csr = ca.parse_csr(csrs["p256"].pem)
+
+    def first_join(index: int) -> str:
+        container.reset(keep_clients=True)
+        return ca.issue_machine_certificate(
+            tenant_id=TENANT,
+            site_id=SITE,
+            pool_id=pool,
+            machine_id=f"mach_{index}",
+            csr=csr,
+            lifetime_seconds=3600,
+        ).ca_id
+
+    # When all eight issue its first certificate at once
+    ca_ids = release_together(first_join, THREADS)
+    # Then every one of them signed with the one CA the table holds
+    assert len(set(ca_ids)) == 1 and ca_ids[0] == stored(pool).active.ca_id
+    assert len(authorities_db.list_pool(TENANT, pool)) == 1
+    # And every key a loser made is pending deletion; the winner's is enabled
+    made = [
+        k["KeyId"]
+        for k in aws.client("kms").list_keys()["Keys"]
+        if {"TagKey": "joinplane:pool", "TagValue": pool}
+        in aws.client("kms").list_resource_tags(KeyId=k["KeyId"])["Tags"]
+    ]
+    states = Counter(key_state(key_id) for key_id in made)
+    assert states["Enabled"] == 1 and states["PendingDeletion"] == len(made) - 1
+
+
+def test_eight_concurrent_rotations_make_exactly_one_new_active_ca(csrs: Csrs, pool: str) -> None:
+    # Given a pool with its first CA
+    issue(csrs, pool)
+    first = stored(pool).active
+
+    # When eight operators rotate it at once
+    def rotate(index: int) -> Any:
+        container.reset(keep_clients=True)
+        return ca.rotate(TENANT, SITE, pool, by=f"jpk_{index}")
+
+    results = release_together(rotate, THREADS, catch=JoinplaneError)
+    won = [r for r in results if isinstance(r, authorities_db.Authorities)]
+    # Then at least one won, and every other was told the CA changed under it (or to retry); a
+    # caller that read after a rotation committed rotates again, legitimately, from the new CA
+    assert won, results
+    assert all(isinstance(r, Aborted | Unavailable) for r in results if r not in won)
+    # And the pool has exactly one active CA, never two: each winner retired the one before it
+    all_cas = authorities_db.list_pool(TENANT, pool)
+    assert Counter(c.state for c in all_cas) == Counter({"active": 1, "retired": len(won)})
+    chain = {c.previous_ca_id: c.ca_id for c in all_cas if c.previous_ca_id}
+    walked = [first.ca_id]
+    while walked[-1] in chain:
+        walked.append(chain[walked[-1]])
+    assert len(walked) == len(won) + 1
+    assert stored(pool).active.ca_id == walked[-1]
+    assert stored(pool).pointer.bundle == tuple(reversed(walked))

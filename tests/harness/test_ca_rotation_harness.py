@@ -1,0 +1,98 @@
+"""The naive variant of a CA rotation loses the race the product's rotation survives
+(tests/ca/test_kms_authorities.py: eight concurrent rotations make exactly one active CA).
+
+Written as a read of the pool's pointer followed by unconditional writes (the new CA, the old one
+retired, the pointer repointed), the same release of callers leaves several "winners" and several
+CAs marked active; written as dal.authorities writes it (one transaction conditioned on the pointer's
+version), exactly one wins. The CA records here are inert (no KMS key): the race is the table's."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from joinplane.dal import authorities as authorities_db
+from joinplane.dal import dynamo
+from joinplane.dal.authorities import CertificateAuthority
+from joinplane.dal.pools import pool_key
+from tests.support import release_together
+
+pytestmark = pytest.mark.harness
+
+THREADS = 16
+TENANT = "acme"
+
+
+def authority(pool: str, ca_id: str, previous: str | None) -> CertificateAuthority:
+    return CertificateAuthority(
+        ca_id=ca_id,
+        tenant_id=TENANT,
+        site_id="s1",
+        pool_id=pool,
+        key_id=f"key-{ca_id}",
+        certificate_pem="",
+        state="active",
+        created_at="2026-12-01T00:00:00Z",
+        created_by="harness",
+        previous_ca_id=previous,
+    )
+
+
+def new_pool() -> str:
+    pool = f"harness-{uuid.uuid4().hex[:8]}"
+    dynamo.put({"pk": pool_key(TENANT, pool)[0], "sk": pool_key(TENANT, pool)[1], "state": "active"})
+    authorities_db.create_first(authority(pool, f"ca_first_{pool}", None))
+    return pool
+
+
+def rotate_read_then_write(pool: str, index: int) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    new = authority(pool, f"ca_{index}_{pool}", read.active.ca_id)
+    dynamo.put(new.to_item())
+    dynamo.update(
+        *authorities_db.ca_key(read.active.ca_id),
+        update="SET #s = :r",
+        names={"#s": "state"},
+        values={":r": "retired"},
+    )
+    dynamo.update(
+        *authorities_db.pointer_key(TENANT, pool),
+        update="SET activeCaId = :new, version = :next",
+        values={":new": new.ca_id, ":next": read.pointer.version + 1},
+    )
+    return True
+
+
+def rotate_conditionally(pool: str, index: int) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    new = authority(pool, f"ca_{index}_{pool}", read.active.ca_id)
+    try:
+        authorities_db.rotate(read, new, retired_at="2026-12-01T00:00:01Z", bundle_until=1, keep=[])
+    except authorities_db.Contended:
+        return False
+    return True
+
+
+def active_cas(pool: str) -> int:
+    return Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))["active"]
+
+
+def test_released_together_a_read_then_write_rotation_leaves_several_active_cas(table: str) -> None:
+    pool = new_pool()
+    winners = sum(release_together(lambda i: rotate_read_then_write(pool, i), THREADS))
+    assert winners > 1
+    assert active_cas(pool) > 1  # more than one CA believes it signs for the pool
+
+
+def test_released_together_the_transactional_rotation_leaves_one_active_ca(table: str) -> None:
+    pool = new_pool()
+    results: list[Any] = release_together(lambda i: rotate_conditionally(pool, i), THREADS)
+    # A caller that read after another's rotation committed rotates again, legitimately: what
+    # the transaction guarantees is one active CA, every winner having retired its predecessor.
+    states = Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))
+    assert states == Counter({"active": 1, "retired": sum(results)})
