@@ -451,3 +451,45 @@ def audit_list(
         ("reason", lambda e: flatten(e).get("reason")),
     ]
     return op.listing(items, next_cursor, "events", columns, "No audit events.")
+
+
+# --- certificate authorities ---------------------------------------------------------------------
+
+
+def _ca_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
+    active = _object(item.get("active"))
+    bundle = _list(item.get("bundle"))
+    return [
+        ("ca", active.get("caId")),
+        ("state", active.get("state")),
+        ("valid", f"{active.get('notBefore')} to {active.get('notAfter')}"),
+        ("created", f"{active.get('createdAt')} ({render.since(active.get('createdAt'), now)})"),
+        ("upstream root", "yes" if active.get("upstream") else "no (self-signed)"),
+        ("bundle", f"{len(bundle)} certificate{'' if len(bundle) == 1 else 's'} to trust"),
+    ]
+
+
+def _ca_answer(op: Operator, route: str, pool: str, bundle_out: str | None) -> tuple[dict[str, Any], float]:
+    item, now = op.call(route, {"poolId": pool})
+    bundle = _list(item.get("bundle"))
+    if not isinstance(item.get("active"), dict) or not bundle or not all(isinstance(p, str) for p in bundle):
+        raise CliError("the server's answer was not a pool's certificate authorities")
+    if bundle_out:
+        # The PEMs machines and verifiers should trust: `openssl verify -CAfile <file> machine.crt`.
+        with open(bundle_out, "w", encoding="ascii") as out:
+            out.write("".join(pem if pem.endswith("\n") else pem + "\n" for pem in bundle))
+    return item, now
+
+
+def ca_get(op: Operator, pool: str, bundle_out: str | None) -> Exit:
+    item, now = _ca_answer(op, "certificateAuthorities/get", pool, bundle_out)
+    return op.show(item, f"Certificate authority of pool {pool}:", _ca_pairs(item, now))
+
+
+def ca_rotate(op: Operator, pool: str, bundle_out: str | None) -> Exit:
+    item, now = _ca_answer(op, "certificateAuthorities/rotate", pool, bundle_out)
+    headline = (
+        f"Rotated the CA of pool {pool}: new certificates come from it; machines trust it from "
+        "their next renewal, and the previous CA stays in the bundle until its certificates expire."
+    )
+    return op.show(item, headline, _ca_pairs(item, now))

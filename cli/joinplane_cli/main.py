@@ -205,6 +205,14 @@ def _machines(args: argparse.Namespace) -> Exit:
     return admin.machines_revoke(op, args.machine_id, args.reason)
 
 
+def _ca(args: argparse.Namespace) -> Exit:
+    op = _operator(args)
+    pool = args.pool_id or _pool(args)
+    if args.action == "get":
+        return admin.ca_get(op, pool, args.bundle_out)
+    return admin.ca_rotate(op, pool, args.bundle_out)
+
+
 def _audit(args: argparse.Namespace) -> Exit:
     return admin.audit_list(_operator(args), args.pool, args.detail_type, args.limit, args.cursor, args.every)
 
@@ -347,6 +355,19 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("machine_id", metavar="MACHINE_ID")
     revoke.add_argument("--reason")
     machines.set_defaults(handler=_machines)
+
+    authorities = commands.add_parser("ca", help="a pool's certificate authority (get, rotate)")
+    actions = authorities.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (
+        ("get", "show the pool's active CA (made on first use) and its trust bundle"),
+        ("rotate", "make a new CA key; the previous CA stays trusted until its certificates expire"),
+    ):
+        one = actions.add_parser(name, parents=[server, operator], help=text)
+        one.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="default: --pool")
+        one.add_argument(
+            "--bundle-out", metavar="FILE", help="write the bundle (PEM) to FILE, for openssl verify -CAfile"
+        )
+    authorities.set_defaults(handler=_ca)
 
     audit = commands.add_parser("audit", help="security events (list)")
     actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")

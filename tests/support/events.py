@@ -194,6 +194,35 @@ CLUSTER_KEY = {
     "createdBy": ACTOR,
     "previousKeyId": "ckey_01m8nyzdwtnzdtnbrhz7qbzdv9",
 }
+AUTHORITY = {
+    "pk": "CA#ca_01m8nyzdwtnzdtnbrhz7qbzdv2",
+    "sk": "CA",
+    "caId": "ca_01m8nyzdwtnzdtnbrhz7qbzdv2",
+    "tenantId": "acme",
+    "siteId": "s1",
+    "poolId": "gpu",
+    "keyId": "1234abcd-12ab-34cd-56ef-1234567890ab",
+    "certificatePem": "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n",
+    "chainPem": [],
+    "state": "active",
+    "createdAt": "2026-11-30T10:20:00Z",
+    "createdBy": "join",
+    "activatedAt": "2026-11-30T10:20:00Z",
+}
+ROTATED_AUTHORITY = {
+    **AUTHORITY,
+    "pk": "CA#ca_01m8nz0k3f6q9s2v5x8z1c4e7h",
+    "caId": "ca_01m8nz0k3f6q9s2v5x8z1c4e7h",
+    "createdBy": ACTOR,
+    "previousCaId": AUTHORITY["caId"],
+}
+RETIRED_AUTHORITY = {
+    **AUTHORITY,
+    "state": "retired",
+    "retiredAt": "2026-12-01T09:00:00Z",
+    "bundleUntil": 1799158500,
+}
+
 ENTRY = {
     "pk": "SITE#acme#s1#DISCOVERY",
     "sk": "ENTRY#disc_01m8nyzdwtnzdtnbrhz7qbzdva",
@@ -271,6 +300,13 @@ def admin_transitions() -> list[tuple[str, dict | None, dict]]:
             },
         ),
         ("security.cluster-key.rotated", None, CLUSTER_KEY),
+        ("security.certificate-authority.created", None, AUTHORITY),
+        ("security.certificate-authority.rotated", None, ROTATED_AUTHORITY),
+        (
+            "security.certificate-authority.expired",
+            RETIRED_AUTHORITY,
+            {**RETIRED_AUTHORITY, "state": "expired", "expiredAt": "2027-01-05T14:20:00Z"},
+        ),
         ("security.discovery-entry.registered", None, ENTRY),
         ("security.discovery-entry.removed", None, removal("discovery-entry", ENTRY["entryId"], ENTRY)),
         ("security.tpm-key.allowed", None, EK),
@@ -288,6 +324,7 @@ def admin_non_transitions() -> list[tuple[dict, dict]]:
             {**CLUSTER_KEY, "state": "rotated", "rotatedAt": "2026-11-30T11:00:00Z", "ttl": 1},
         ),  # retired by the next rotation, whose new key's INSERT is the event
         ({**API_KEY, "state": "revoked"}, {**API_KEY, "state": "revoked", "description": "x"}),
+        (AUTHORITY, RETIRED_AUTHORITY),  # retired by a rotation, whose new CA's INSERT is the event
     ]
 
 

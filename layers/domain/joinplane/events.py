@@ -323,7 +323,7 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
             **_common(new),
             "caId": new.ca_id,
             "previousCaId": new.previous_ca_id,
-            "keyId": new.key_id,
+            "kmsKeyId": new.key_id,
             "upstream": bool(new.chain_pem),
             "state": new.state,
             "bundleUntil": clock.rfc3339(new.bundle_until) if new.bundle_until is not None else None,
