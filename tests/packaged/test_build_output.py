@@ -48,7 +48,7 @@ def invoke_built(logical_id: str, event: dict[str, Any]) -> Any:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k.startswith(("AWS_", "TABLE_NAME", "EVENT_BUS_NAME", "CA_SECRET_PREFIX", "PYDANTIC_"))
+        if k.startswith(("AWS_", "TABLE_NAME", "EVENT_BUS_NAME", "KMS_", "PYDANTIC_"))
     }
     completed = subprocess.run(
         [
@@ -193,6 +193,15 @@ CASES: dict[str, Case] = {
     "MachineJoinFunction": (
         _join_event,
         lambda r: r["statusCode"] == 200 and "BEGIN CERTIFICATE" in json.loads(r["body"])["certificate"],
+    ),
+    "CertificateAuthoritiesFunction": (
+        lambda key: (
+            _pool(key),
+            route_event(
+                "/api/compute/certificateAuthorities/get", {"tenantId": "acme", "poolId": "built"}, key
+            ),
+        )[1],
+        lambda r: _ok(r, "bundle") and "BEGIN CERTIFICATE" in json.loads(r["body"])["active"]["certificate"],
     ),
     "MachinesFunction": (
         lambda key: (
