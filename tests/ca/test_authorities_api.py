@@ -163,6 +163,15 @@ def test_rotating_an_archived_pool_is_refused(admin_key: str, pool: str) -> None
     assert call(GET, POOL, admin_key).body == before
 
 
+def test_an_archived_pool_that_never_had_a_ca_gets_none(admin_key: str, pool: str) -> None:
+    # Given a pool archived before any machine joined
+    assert call("/api/compute/pools/archive", POOL, admin_key).status == 200
+    # When its CA is asked for / Then it is refused, and no key was made for it
+    refused = call(GET, POOL, admin_key)
+    assert (refused.status, refused.reason) == (409, "POOL_ARCHIVED")
+    assert authorities_db.get_pointer("acme", "gpu") is None
+
+
 def test_creation_and_rotation_are_audit_events_naming_the_acting_key(
     admin_key: str, token: str, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from joinplane import clock, errors, pools
+from joinplane.dal import authorities as authorities_db
 from joinplane.errors import InvalidState
 from joinplane.grants import Principal
 
@@ -26,6 +27,9 @@ def get(principal: Principal, request: CertificateAuthorityRef) -> views.Certifi
     from joinplane import ca
 
     pool = pools.load(principal, request.tenantId, request.poolId, pools.READ)
+    if not pool.active and authorities_db.get_pointer(pool.tenant_id, pool.pool_id) is None:
+        # An archived pool issues nothing: no key (and its monthly cost) is made just to be shown.
+        raise InvalidState("pool is archived and never had a CA", reason=errors.POOL_ARCHIVED)
     loaded = ca.pool_authorities(pool.tenant_id, pool.site_id, pool.pool_id, created_by=principal.key_id)
     return _view(loaded.authorities)
 
