@@ -32,7 +32,6 @@ def table(emulator: local_emulator.Emulator) -> Iterator[str]:
     create_resources(Template(load(), names), aws.client)
     os.environ["TABLE_NAME"] = names.physical["Table"]
     os.environ["EVENT_BUS_NAME"] = names.physical["EventBus"]
-    os.environ["CA_SECRET_PREFIX"] = f"jp-{suffix}/ca"
     # What a warm container cached belongs to the old table; the clients still reach the same emulator.
     container.reset(keep_clients=True)
     yield names.physical["Table"]
