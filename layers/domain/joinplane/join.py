@@ -10,7 +10,8 @@ again and decide again.
   the join continues as a retry or re-join, so the common path needs no read beyond the token.
 
 DynamoDB calls per path, warm container (docs/join.md has the table; a cold container adds one
-GetItem for the pool and one Secrets Manager read for the pool's CA):
+GetItem for the pool, one GetItem for the pool's CA pointer and one BatchGetItem for its CAs; every
+certificate is one kms:Sign):
 - fresh admit or defer: GetItem(token) + TransactWriteItems
 - + `discovery: defer-unknown`: + one BatchGetItem; + a TPM policy with an EK: + one GetItem
 - retry while pending: GetItem(token) + TransactWriteItems (cancelled) + GetItem(request)
