@@ -1,11 +1,11 @@
-"""POST /api/compute/certificateAuthorities/{get,rotate}"""
+"""POST /api/compute/certificateAuthorities/{get,rotate}; GET /crl/{caId} (no auth)"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from joinplane import authorities, operator_api
-from joinplane.http import HttpRequest
+from joinplane.http import BinaryResponse, HttpRequest
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -21,6 +21,17 @@ def get(request: HttpRequest) -> views.CertificateAuthorities:
 @routes.operation("certificateAuthorities.rotate")
 def rotate(request: HttpRequest) -> views.CertificateAuthorities:
     return authorities.rotate(*operator_api.parse(request, authorities.CertificateAuthorityRef))
+
+
+@routes.operation("certificateAuthorities.crl")
+def crl(request: HttpRequest) -> BinaryResponse:
+    # Loaded here: it loads `cryptography`, which the operator routes reach only through the CA.
+    from joinplane import crl
+
+    served = crl.served(request.path_parameters.get("caId", ""))
+    return BinaryResponse(
+        200, "application/pkix-crl", served.der, {"cache-control": f"public, max-age={served.max_age}"}
+    )
 
 
 lambda_handler = routes.handle

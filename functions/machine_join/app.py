@@ -23,13 +23,16 @@ def _body(request: HttpRequest) -> bytes:
 @routes.operation("ControlPlaneService_JoinMachine")
 def join_machine(request: HttpRequest) -> tuple[int, views.JoinMachineResponse]:
     return join.join_machine(
-        _body(request), request.headers.get("authorization", ""), request.headers.get(proof.HEADER, "")
+        _body(request),
+        request.headers.get("authorization", ""),
+        request.headers.get(proof.HEADER, ""),
+        base_url=request.base_url,
     )
 
 
 @routes.operation("Joinplane_RenewMachine")
 def renew(request: HttpRequest) -> tuple[int, views.RenewMachineResponse]:
-    return join.renew(_body(request), request.headers.get(proof.HEADER, ""))
+    return join.renew(_body(request), request.headers.get(proof.HEADER, ""), base_url=request.base_url)
 
 
 lambda_handler = routes.handle

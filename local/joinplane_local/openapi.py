@@ -34,7 +34,18 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from joinplane import errors, grants, hardware, join_requests, join_wire, machines, operator_api, proof, views
+from joinplane import (
+    errors,
+    grants,
+    hardware,
+    ids,
+    join_requests,
+    join_wire,
+    machines,
+    operator_api,
+    proof,
+    views,
+)
 from joinplane.clusters import sylve_wire
 from joinplane.routes import ROUTES, Route
 
@@ -929,6 +940,60 @@ def _machine_operations() -> dict[str, Schema]:
     }
 
 
+def _crl_operation() -> Schema:
+    """GET /crl/{caId}: a CA's CRL, DER, for verifiers (no credentials)."""
+    return {
+        "get": {
+            "tags": [TAGS["certificateAuthorities"][0]],
+            "summary": "A certificate authority's revocation list",
+            "description": "The CRL (RFC 5280, DER) of CA `caId`, signed by that CA's KMS key: the "
+            "serials of its unexpired certificates of revoked machines, and of certificates a "
+            "key-rotating renewal replaced (reason `superseded`). Every machine certificate's CRL "
+            "distribution point names this URL. nextUpdate is 3 days out; rebuilt after a day or "
+            "when a machine is revoked. No credentials: a CRL is public and signed. See docs/pki.md.",
+            "parameters": [
+                {
+                    "name": "caId",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": f"^ca_{_ecma(ids.ULID_PATTERN)}$"},
+                    "example": "ca_01m8nz6smg0chzvz0b58z6hma5",
+                }
+            ],
+            "responses": {
+                "200": {
+                    "description": "The CRL. `Cache-Control: public, max-age=<at most 300>`.",
+                    "headers": {
+                        "Cache-Control": {"schema": {"type": "string"}, "description": "public, max-age=N"}
+                    },
+                    "content": {
+                        "application/pkix-crl": {
+                            "schema": {"type": "string", "contentMediaType": "application/pkix-crl"}
+                        }
+                    },
+                },
+                "404": {
+                    "description": "NOT_FOUND: no CA by that id (or one that has not signed yet)",
+                    "content": _content("#/components/schemas/Error"),
+                },
+                "500": {
+                    "description": "INTERNAL",
+                    "content": _one_of_content(
+                        "#/components/schemas/Error", "#/components/schemas/GatewayMessage"
+                    ),
+                },
+                "503": {
+                    "description": "UNAVAILABLE: the key store or table is unavailable; retry",
+                    "headers": RETRY_AFTER,
+                    "content": _one_of_content(
+                        "#/components/schemas/Error", "#/components/schemas/GatewayMessage"
+                    ),
+                },
+            },
+        }
+    }
+
+
 # --- seed 000: /cluster/accept-join -------------------------------------------------------------
 
 
@@ -1156,9 +1221,12 @@ def document() -> dict[str, Any]:
             operation = machine_operations[route.operation]
         elif route.function == "ClusterJoinFunction":
             operation = _cluster_operation(route)
+        elif route.operation == "certificateAuthorities.crl":
+            operation = _crl_operation()
         else:
             raise ValueError(f"no dialect documents {route}")
-        responses = operation["post"]["responses"]
+        method = route.method.lower()
+        responses = operation[method]["responses"]
         gateway = "#/components/schemas/GatewayMessage"
         if "429" in responses:  # the dialect's own RESOURCE_EXHAUSTED, or the gateway's throttle
             own = responses["429"]
@@ -1168,8 +1236,8 @@ def document() -> dict[str, Any]:
             }
         else:
             responses["429"] = {"description": _throttled(route.path), "content": _content(gateway)}
-        operation["post"]["responses"] = dict(sorted(responses.items()))
-        paths[route.path] = {route.method.lower(): _with_table_fields(operation["post"], route)}
+        operation[method]["responses"] = dict(sorted(responses.items()))
+        paths[route.path] = {method: _with_table_fields(operation[method], route)}
     unused = set(DOCS) - {route.operation for route in ROUTES}
     if unused:
         raise ValueError(f"documentation for operations the route table lacks: {sorted(unused)}")

@@ -233,8 +233,17 @@ def spiffe_id(tenant_id: str, pool_id: str, machine_id: str) -> str:
 
 
 def issue_machine_certificate(
-    *, tenant_id: str, site_id: str, pool_id: str, machine_id: str, csr: Csr, lifetime_seconds: int
+    *,
+    tenant_id: str,
+    site_id: str,
+    pool_id: str,
+    machine_id: str,
+    csr: Csr,
+    lifetime_seconds: int,
+    crl_base_url: str = "",
 ) -> IssuedCertificate:
+    """The machine's certificate from the pool's active CA; its CRL distribution point is that CA's
+    CRL under `crl_base_url` (the API's public base URL; none when it is not known)."""
     _check_ids(tenant_id, pool_id)
     if not _MACHINE_ID.fullmatch(machine_id):
         raise InvalidArgument("machineId is not a valid machine id")
@@ -288,6 +297,20 @@ def issue_machine_certificate(
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
     )
     active = pool_ca.authorities.active
+    if crl_base_url:
+        builder = builder.add_extension(
+            x509.CRLDistributionPoints(
+                [
+                    x509.DistributionPoint(
+                        full_name=[x509.UniformResourceIdentifier(crl_url(crl_base_url, active.ca_id))],
+                        relative_name=None,
+                        reasons=None,
+                        crl_issuer=None,
+                    )
+                ]
+            ),
+            critical=False,
+        )
     certificate = sign_certificate(builder, active.key_id, pool_ca.public_key)
     return IssuedCertificate(
         certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
@@ -296,6 +319,11 @@ def issue_machine_certificate(
         serial=format(serial, "x"),
         ca_id=active.ca_id,
     )
+
+
+def crl_url(base_url: str, ca_id: str) -> str:
+    """Where the CRL of CA `ca_id` is served (joinplane.crl, `GET /crl/<caId>`)."""
+    return f"{base_url.rstrip('/')}/crl/{ca_id}"
 
 
 def _serial_number() -> int:
@@ -314,7 +342,7 @@ def _check_ids(tenant_id: str, pool_id: str) -> None:
 # --- Signing with KMS ------------------------------------------------------------------------------
 
 
-def _throwaway_key() -> ec.EllipticCurvePrivateKey:
+def throwaway_key() -> ec.EllipticCurvePrivateKey:
     """A P-256 key whose only use is to make cryptography emit a TBS with ecdsa-with-SHA256 as its
     algorithm; its signatures are thrown away. One per container (made on first use)."""
     if not _throwaway:
@@ -346,7 +374,7 @@ def sign_certificate(
 ) -> x509.Certificate:
     """`builder`'s certificate signed by the KMS key `key_id` whose public key is `public_key`,
     checked against that key before it is returned."""
-    draft = builder.sign(_throwaway_key(), hashes.SHA256())
+    draft = builder.sign(throwaway_key(), hashes.SHA256())
     tbs = draft.tbs_certificate_bytes
     signed = der.signed(tbs, der.ECDSA_WITH_SHA256, kms_sign_tbs(key_id, tbs))
     try:

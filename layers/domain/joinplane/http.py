@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from joinplane import deadline, observe, routes
@@ -28,18 +28,28 @@ class HttpRequest:
     raw_body: str
     base64_encoded: bool
     authorizer: dict[str, Any]
+    # `{caId}` of a route `/crl/{caId}`: API Gateway's pathParameters.
+    path_parameters: dict[str, str] = field(default_factory=dict)
+    # `https://<the domain the caller used>`: where this API is reachable, for URLs it hands out.
+    base_url: str = ""
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:
         http = event.get("requestContext", {}).get("http", {})
         authorizer = (event.get("requestContext", {}).get("authorizer") or {}).get("lambda") or {}
+        domain = str(event.get("requestContext", {}).get("domainName") or "")
+        headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+        # API Gateway says https; the local runtime's gateway says http.
+        scheme = "http" if headers.get("x-forwarded-proto") == "http" else "https"
         return cls(
             method=str(http.get("method", "")).upper(),
             path=str(event.get("rawPath") or http.get("path", "")),
-            headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
+            headers=headers,
             raw_body=event.get("body") or "",
             base64_encoded=bool(event.get("isBase64Encoded")),
             authorizer=authorizer,
+            path_parameters={str(k): str(v) for k, v in (event.get("pathParameters") or {}).items()},
+            base_url=f"{scheme}://{domain}" if domain else "",
         )
 
     def body_size(self) -> int:
@@ -76,6 +86,24 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
         "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
         "isBase64Encoded": False,
     }
+
+
+@dataclass(frozen=True)
+class BinaryResponse:
+    """A handler's answer that is not JSON: passed through every dialect's renderer as it is."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def lambda_response(self) -> dict[str, Any]:
+        return {
+            "statusCode": self.status,
+            "headers": {"content-type": self.content_type, **self.headers},
+            "body": base64.b64encode(self.body).decode(),
+            "isBase64Encoded": True,
+        }
 
 
 def json_result(result: tuple[int, Any] | dict[str, Any]) -> dict[str, Any]:
@@ -147,9 +175,16 @@ class Router:
         request = HttpRequest.from_event(event)
         try:
             handler = self._handlers.get((request.method, request.path))
+            if handler is None and request.path_parameters:
+                # A route with path parameters: API Gateway names the route it matched.
+                method, _, template = str(event.get("routeKey") or "").partition(" ")
+                handler = self._handlers.get((method, template))
             if handler is None:
                 raise NotFound("no such route")
-            return self._render(handler(request))
+            result = handler(request)
+            if isinstance(result, BinaryResponse):
+                return result.lambda_response()
+            return self._render(result)
         except JoinplaneError as refused:
             if not observe.decided():
                 observe.log(

@@ -22,6 +22,7 @@ certificate is one kms:Sign):
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -97,13 +98,21 @@ class Certificate(NamedTuple):
     ca_id: str = ""
 
 
-def issue_certificate(csr: Any, pool: Pool, machine_id: str) -> Certificate:
-    """The certificate for `csr`'s key, with the lifetime of the pool as read."""
+# The API's public base URL (`https://<domain>`) of the request being served: the CRL distribution
+# point of the certificates it issues. Set by the entry points; a context variable, so concurrent
+# in-process invocations of the local runtime each see their own.
+_base_url: ContextVar[str] = ContextVar("base_url", default="")
+
+
+def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | None = None) -> Certificate:
+    """The certificate for `csr`'s key, with the lifetime of the pool as read; its CRL distribution
+    point is under `base_url` (default: the request's)."""
     if csr is None:
         return Certificate()
     from joinplane import ca
 
     issued = ca.issue_machine_certificate(
+        crl_base_url=_base_url.get() if base_url is None else base_url,
         tenant_id=pool.tenant_id,
         site_id=pool.site_id,
         pool_id=pool.pool_id,
@@ -195,6 +204,7 @@ def _new_machine(
         claims=tuple(claims),
         certificate_serial=cert.serial or None,
         certificate_expires_at=cert.expires_at or None,
+        certificate_ca_id=cert.ca_id or None,
         joined_at=clock.rfc3339(clock.now()),
     )
 
@@ -389,6 +399,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             machine_token_sha256=credentials.digest(secret),
             certificate_serial=cert.serial or None,
             certificate_expires_at=cert.expires_at or None,
+            certificate_ca_id=cert.ca_id or None,
             facts=machines.facts_of(attempt.request),
             schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
             worker_image_baseline=baseline,
@@ -469,7 +480,8 @@ def _refused(action: str, metric: str, error: JoinplaneError) -> None:
     observe.decision(f"{action} {outcome}", metric, outcome, code=error.code, reason=error.reason)
 
 
-def join_machine(body: bytes, authorization: str, proof_header: str = "") -> Response:
+def join_machine(body: bytes, authorization: str, proof_header: str = "", base_url: str = "") -> Response:
+    _base_url.set(base_url)
     try:
         return _join_machine(body, authorization, proof_header)
     except JoinplaneError as error:
@@ -511,7 +523,8 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
     return _known(attempt, record)
 
 
-def renew(body: bytes, proof_header: str = "") -> tuple[int, views.RenewMachineResponse]:
+def renew(body: bytes, proof_header: str = "", base_url: str = "") -> tuple[int, views.RenewMachineResponse]:
+    _base_url.set(base_url)
     try:
         return _renew(body, proof_header)
     except JoinplaneError as error:
@@ -579,7 +592,11 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
                 identity=csr.public_key_sha256,
                 certificate_serial=cert.serial,
                 certificate_expires_at=cert.expires_at,
+                certificate_ca_id=cert.ca_id,
                 new_identity=new_identity,
+                # The replaced key may be compromised (the usual reason to rotate): its certificate
+                # goes on the CRL. A renewal that keeps the key leaves the old certificate valid.
+                superseded=machines.superseded_certificate(machine, now) if rotating else None,
                 proof_ms=proof_ms,
                 pool=pool,
                 now=now,

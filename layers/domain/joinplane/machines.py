@@ -8,12 +8,14 @@ The records (Machine, the join Identity, HardwareClaim) and their keys are in
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from joinplane import clock, credentials, errors, observe
 from joinplane.dal import machines as machines_db
+from joinplane.dal import revocations
 from joinplane.dal.machines import HardwareFacts, Machine, MachineFacts, PreflightCheck, TpmFacts
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
@@ -165,8 +167,10 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     machine = _load(principal, request.tenantId, request.machineId, WRITE)
     if not machine.active:
         return view(machine)
+    now = clock.rfc3339(clock.now())
+    certificate = _certificate_listed(machine, now, "unspecified")
     if machines_db.revoke(
-        machine, by=principal.key_id, reason=request.reason or "", now=clock.rfc3339(clock.now())
+        machine, by=principal.key_id, reason=request.reason or "", now=now, certificate=certificate
     ):
         observe.decision(
             "machine revoked",
@@ -176,8 +180,41 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
             poolId=machine.pool_id,
             machineId=machine.machine_id,
         )
+        if certificate is not None:
+            _refresh_crl(certificate.ca_id)
     # Revoked concurrently or not, answer with what is stored now.
     return view(_load(principal, request.tenantId, request.machineId, WRITE))
+
+
+def superseded_certificate(machine: Machine, now: str) -> revocations.Revoked | None:
+    """The machine's current certificate as a CRL entry with reason `superseded` (a renewal that
+    changes the key replaces it); None when it has none, or it has expired."""
+    return _certificate_listed(machine, now, "superseded")
+
+
+def _certificate_listed(machine: Machine, now: str, reason: str) -> revocations.Revoked | None:
+    if not (machine.certificate_serial and machine.certificate_ca_id and machine.certificate_expires_at):
+        return None
+    expires = int(datetime.fromisoformat(machine.certificate_expires_at).timestamp())
+    if expires <= clock.epoch():
+        return None
+    return revocations.Revoked(machine.certificate_ca_id, machine.certificate_serial, now, reason, expires)
+
+
+def _refresh_crl(ca_id: str) -> None:
+    """The CA's CRL rebuilt now, so verifiers that fetch it see the revocation at once. Best effort:
+    the revocation has committed, and a CRL that missed it is rebuilt when next fetched."""
+    from joinplane import crl
+
+    try:
+        crl.refresh(ca_id)
+    except Exception as failure:
+        observe.log(
+            "WARNING",
+            "the CRL was not refreshed; it is rebuilt when next fetched",
+            caId=ca_id,
+            error=type(failure).__name__,
+        )
 
 
 def authenticate(machine_token: str) -> Machine:

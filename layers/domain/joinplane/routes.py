@@ -160,6 +160,9 @@ ROUTES: tuple[Route, ...] = (
         "joinplane.authorities:CertificateAuthorityRef",
         "CertificateAuthorities",
     ),
+    # A CA's certificate revocation list (DER), named by its certificates' CRL distribution point:
+    # verifiers fetch it without credentials. Its answer is hand-written in the OpenAPI generator.
+    Route("GET", "/crl/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.crl", "none"),
     # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, seed-exact,
     # since a pydantic schema would not say proto3 JSON (either field name, int64 as a string);
     # a contract test holds them to the answers' TypedDicts (views.JoinMachineResponse, ...).

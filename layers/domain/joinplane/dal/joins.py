@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from joinplane.dal import dynamo
+from joinplane.dal import dynamo, revocations
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
@@ -245,7 +245,8 @@ def rejoin(
             *machine_key(before.machine_id),
             update=(
                 "SET machineTokenSha256 = :digest, tokenGeneration = tokenGeneration + :one, "
-                "certificateSerial = :serial, certificateExpiresAt = :expires, rejoinedAt = :now, "
+                "certificateSerial = :serial, certificateExpiresAt = :expires, certificateCaId = :ca, "
+                "rejoinedAt = :now, "
                 "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline, "
                 "claims = :claims"
             ),
@@ -256,6 +257,7 @@ def rejoin(
                 ":one": 1,
                 ":serial": after.certificate_serial,
                 ":expires": after.certificate_expires_at,
+                ":ca": after.certificate_ca_id,
                 ":now": now,
                 ":facts": after.facts.to_item(),
                 ":schedulable": after.schedulable,
@@ -307,7 +309,9 @@ def renew(
     identity: str,
     certificate_serial: str,
     certificate_expires_at: str,
+    certificate_ca_id: str,
     new_identity: Identity | None,
+    superseded: revocations.Revoked | None = None,
     proof_ms: int,
     pool: Pool,
     now: str,
@@ -315,18 +319,21 @@ def renew(
     """A machine's new certificate, for its key `identity`: the machine while active with the token
     read, the pool as read (the certificate's lifetime is the pool's), the current key's record's
     proof mark moved. When the key changes (`new_identity`), the current key's record is retired so
-    it can never join again, and the new key's record is created in the same transaction."""
+    it can never join again, and the new key's record is created in the same transaction, which
+    also lists the certificate it replaces (`superseded`) on its CA's CRL."""
     rotating = new_identity is not None
     writes = [
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
-            update="SET certificateSerial = :serial, certificateExpiresAt = :expires, #identity = :identity",
+            update="SET certificateSerial = :serial, certificateExpiresAt = :expires, "
+            "certificateCaId = :ca, #identity = :identity",
             condition="#state = :active AND machineTokenSha256 = :digest",
             names={"#state": "state", "#identity": "identity"},
             values={
                 ":serial": certificate_serial,
                 ":expires": certificate_expires_at,
+                ":ca": certificate_ca_id,
                 ":identity": identity,
                 ":active": "active",
                 ":digest": machine.machine_token_sha256,
@@ -352,6 +359,8 @@ def renew(
                 "Put", item=new_identity.to_item(), condition="attribute_not_exists(pk)", name="new-identity"
             )
         )
+    if superseded is not None:
+        writes.append(revocations.revoked_write(superseded))
     try:
         dynamo.transact(writes)
     except dynamo.TransactionCanceled as cancelled:

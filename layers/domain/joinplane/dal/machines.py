@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
-from joinplane.dal import dynamo, items
+from joinplane.dal import dynamo, items, revocations
 from joinplane.dal.dynamo import Item
 
 # The attribute of the identity record that holds the newest accepted proof's `t` (ms).
@@ -181,6 +181,7 @@ ATTRIBUTES = {
     "claims": "claims",
     "certificate_serial": "certificateSerial",
     "certificate_expires_at": "certificateExpiresAt",
+    "certificate_ca_id": "certificateCaId",
     "joined_at": "joinedAt",
     "rejoined_at": "rejoinedAt",
     "revoked_at": "revokedAt",
@@ -217,6 +218,7 @@ class Machine(NamedTuple):
     claims: tuple[Claim, ...] = ()
     certificate_serial: str | None = None
     certificate_expires_at: str | None = None
+    certificate_ca_id: str | None = None  # the CA that signed the current certificate (its CRL)
     rejoined_at: str | None = None
     revoked_at: str | None = None
     revoked_by: str | None = None
@@ -393,9 +395,12 @@ def list_in_pool(tenant_id: str, pool_id: str, *, after: str | None, limit: int)
 # --- writes ------------------------------------------------------------------------------------
 
 
-def revoke(machine: Machine, *, by: str, reason: str, now: str) -> bool:
-    """Revoke an active machine and release its hardware claims, in one transaction. False when it
-    was revoked concurrently (the caller reads what won)."""
+def revoke(
+    machine: Machine, *, by: str, reason: str, now: str, certificate: revocations.Revoked | None = None
+) -> bool:
+    """Revoke an active machine and release its hardware claims, in one transaction, which also
+    lists its current `certificate` as revoked for its CA's CRL. False when it was revoked
+    concurrently (the caller reads what won)."""
     writes = [
         dynamo.Write(
             "Update",
@@ -417,6 +422,7 @@ def revoke(machine: Machine, *, by: str, reason: str, now: str) -> bool:
             )
             for kind, value in machine.claims
         ),
+        *([revocations.revoked_write(certificate)] if certificate is not None else []),
     ]
     with contextlib.suppress(dynamo.TransactionCanceled):
         dynamo.transact(writes)

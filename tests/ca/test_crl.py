@@ -1,0 +1,252 @@
+"""Issue 12 item 4: revocation that clients honour. Machines join and are revoked over the HTTP API
+(authorizer and functions as API Gateway calls them); each certificate's CRL distribution point is
+fetched from the route that serves it, and every verdict is the openssl CLI's."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from cryptography import x509
+
+from joinplane import aws, clock, crl
+from joinplane.dal import dynamo, revocations
+from tests.support import LambdaContext, call, http_event, join, openssl_csr, release_together, route_handler
+from tests.support.csr import make_csr, openssl
+from tests.support.http import sign_proof
+
+TENANT = {"tenantId": "acme"}
+POOL = {**TENANT, "poolId": "gpu"}
+CRL_ROUTE = "/crl/{caId}"
+
+
+@pytest.fixture
+def token(admin_key: str) -> str:
+    created = call(
+        "/api/compute/pools/create", {**POOL, "siteId": "s1", "name": "GPU", "workspaceId": "w"}, admin_key
+    )
+    assert created.status == 200, created.body
+    reply = call("/api/compute/joinTokens/create", {**POOL, "maxUses": 10}, admin_key)
+    assert reply.status == 200, reply.body
+    return str(reply.body["token"])
+
+
+@pytest.fixture
+def kms_signs() -> Iterator[list[str]]:
+    """Every kms:Sign this process makes while the test runs (the key ids)."""
+    signed: list[str] = []
+    client = aws.client("kms")
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        signed.append(str(params["KeyId"]))
+
+    client.meta.events.register("provide-client-params.kms.Sign", count)
+    yield signed
+    client.meta.events.unregister("provide-client-params.kms.Sign", count)
+
+
+def admitted(token: str, directory: Path) -> dict[str, Any]:
+    directory.mkdir()
+    reply = join({"joinToken": token, "csr": openssl_csr(directory, "/CN=m")})
+    assert reply.status == 200, reply.body
+    (directory / "machine.crt").write_text(reply.body["certificate"])
+    (directory / "ca.crt").write_text(reply.body["caCertificates"])
+    return dict(reply.body)
+
+
+def crl_url_of(certificate_pem: str) -> str:
+    certificate = x509.load_pem_x509_certificate(certificate_pem.encode())
+    points = certificate.extensions.get_extension_for_class(x509.CRLDistributionPoints).value
+    (point,) = points
+    assert point.full_name is not None
+    (name,) = point.full_name
+    return str(name.value)
+
+
+def get(path: str) -> dict[str, Any]:
+    """GET `path` as API Gateway delivers `GET /crl/{caId}`: no authorizer, the route's parameters."""
+    event = http_event(path, b"")
+    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {CRL_ROUTE}"
+    event["requestContext"]["http"]["method"] = "GET"
+    event["pathParameters"] = {"caId": path.rsplit("/", 1)[1]}
+    return route_handler(CRL_ROUTE, "GET")(event, LambdaContext())
+
+
+def fetched_crl(certificate_pem: str, directory: Path) -> Path:
+    """The CRL the certificate's distribution point names, fetched and written as PEM (crl.pem)."""
+    answer = get(urlsplit(crl_url_of(certificate_pem)).path)
+    assert answer["statusCode"] == 200, answer
+    assert answer["headers"]["content-type"] == "application/pkix-crl" and answer["isBase64Encoded"]
+    (directory / "crl.der").write_bytes(base64.b64decode(answer["body"]))
+    openssl("crl", "-inform", "DER", "-in", str(directory / "crl.der"), "-out", str(directory / "crl.pem"))
+    return directory / "crl.pem"
+
+
+def verify_with_crl(directory: Path, crl_pem: Path) -> Any:
+    return openssl(
+        "verify", "-crl_check", "-CRLfile", str(crl_pem), "-CAfile", str(directory / "ca.crt"),
+        str(directory / "machine.crt"), check=False,
+    )  # fmt: skip
+
+
+def revoke(admin_key: str, machine: dict[str, Any]) -> None:
+    reply = call("/api/compute/machines/revoke", {**TENANT, "machineId": machine["machineId"]}, admin_key)
+    assert reply.status == 200 and reply.body["state"] == "revoked", reply.body
+
+
+def test_a_revoked_machine_fails_crl_check_and_its_pool_mate_verifies(
+    admin_key: str, token: str, tmp_path: Path, kms_signs: list[str]
+) -> None:
+    # Given two machines of one pool
+    revoked, kept = admitted(token, tmp_path / "revoked"), admitted(token, tmp_path / "kept")
+    # And each certificate names its CA's CRL on this API
+    url = crl_url_of(revoked["certificate"])
+    assert url == crl_url_of(kept["certificate"]) and url.startswith("https://localhost/crl/ca_")
+    # When the operator revokes one
+    kms_signs.clear()
+    revoke(admin_key, revoked)
+    # Then the revocation signed the CA's CRL once
+    assert len(kms_signs) == 1
+    # And the CRL the distribution point serves says so, to openssl
+    crl_pem = fetched_crl(revoked["certificate"], tmp_path / "revoked")
+    assert len(kms_signs) == 1  # served as stored: no signing on the way out
+    result = verify_with_crl(tmp_path / "revoked", crl_pem)
+    assert result.returncode != 0 and "certificate revoked" in result.stdout + result.stderr
+    # And the other machine verifies OK with the same CRL
+    result = verify_with_crl(tmp_path / "kept", crl_pem)
+    assert result.returncode == 0 and ": OK" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_crl_is_signed_by_the_issuing_ca_and_due_within_seven_days(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given a machine, revoked
+    machine = admitted(token, tmp_path / "m")
+    revoke(admin_key, machine)
+    # When its CRL is fetched
+    crl_pem = fetched_crl(machine["certificate"], tmp_path / "m")
+    # Then openssl verifies the CRL's signature with the CA certificate (whose key is in KMS)
+    checked = openssl("crl", "-in", str(crl_pem), "-CAfile", str(tmp_path / "m" / "ca.crt"), "-noout")
+    assert "verify OK" in checked.stdout + checked.stderr
+    # And its issuer is the machine certificate's issuer, nextUpdate at most 7 days out, numbered
+    text = openssl("crl", "-in", str(crl_pem), "-noout", "-text").stdout
+    certificate = x509.load_pem_x509_certificate(machine["certificate"].encode())
+    listed = x509.load_pem_x509_crl(crl_pem.read_bytes())
+    assert listed.issuer == certificate.issuer
+    assert listed.next_update_utc is not None
+    assert timedelta(days=2) < listed.next_update_utc - clock.now() <= timedelta(days=7)
+    assert "X509v3 CRL Number" in text and "X509v3 Authority Key Identifier" in text
+    serial = format(certificate.serial_number, "X")
+    assert serial in text.replace(":", "").upper()
+
+
+def test_a_key_rotating_renewal_puts_the_old_certificate_on_the_crl_as_superseded(
+    token: str, tmp_path: Path
+) -> None:
+    # Given a machine
+    old = tmp_path / "old"
+    machine = admitted(token, old)
+    new = make_csr(tmp_path, "p256", "/CN=m", key_name="new.key", csr_name="new.csr")
+    # When it renews onto a new key (signed by both keys)
+    raw = json.dumps({"machineToken": machine["machineToken"], "csr": new.pem}).encode()
+    proof = sign_proof(
+        old / "key.pem",
+        purpose="renew",
+        credential=machine["machineToken"],
+        body=raw,
+        public_key=old / "key.pem",
+        new_key=new.key_path,
+    )
+    renewed = join(None, raw=raw, proof=proof, path="/machines/renew")
+    assert renewed.status == 200, renewed.body
+    # Then the CRL lists the old certificate as superseded: openssl refuses it
+    crl_pem = fetched_crl(renewed.body["certificate"], old)
+    result = verify_with_crl(old, crl_pem)
+    assert result.returncode != 0 and "certificate revoked" in result.stdout + result.stderr
+    assert "Superseded" in openssl("crl", "-in", str(crl_pem), "-noout", "-text").stdout
+    # And the new certificate verifies with the same CRL
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "machine.crt").write_text(renewed.body["certificate"])
+    (fresh / "ca.crt").write_text(renewed.body["caCertificates"])
+    result = verify_with_crl(fresh, crl_pem)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "ca_id", ["ca_01m8nz6smg0chzvz0b58z6hma5", "nonsense", "ca_../../etc", "ca_" + "0" * 200, ""]
+)
+def test_an_unknown_or_malformed_ca_id_is_not_found_and_writes_nothing(
+    table: str, ca_id: str, kms_signs: list[str]
+) -> None:
+    before = dynamo.query(pk=revocations.CRL_PREFIX + ca_id, consistent=True).items
+    # When a CRL is asked for a CA that does not exist
+    answer = get(f"/crl/{ca_id}")
+    # Then: 404 NOT_FOUND, nothing signed, nothing stored
+    assert answer["statusCode"] == 404, answer
+    assert json.loads(answer["body"])["error"]["code"] == "NOT_FOUND"
+    assert kms_signs == []
+    assert dynamo.query(pk=revocations.CRL_PREFIX + ca_id, consistent=True).items == before == []
+
+
+def test_a_fetch_signs_only_when_the_crl_is_missing_due_or_missing_a_revocation(
+    admin_key: str, token: str, tmp_path: Path, kms_signs: list[str]
+) -> None:
+    # Given a pool's CA with no CRL yet
+    machine = admitted(token, tmp_path / "m")
+    path = urlsplit(crl_url_of(machine["certificate"])).path
+    ca_id = path.rsplit("/", 1)[1]
+    kms_signs.clear()
+    # When it is fetched twice: Then the first fetch builds it (one Sign), the second serves it
+    first = get(path)
+    second = get(path)
+    assert first["statusCode"] == second["statusCode"] == 200 and first["body"] == second["body"]
+    assert len(kms_signs) == 1
+    assert "public, max-age=" in first["headers"]["cache-control"]
+    assert 0 < int(first["headers"]["cache-control"].rsplit("=", 1)[1]) <= 3600
+    # And a revocation whose own refresh did not happen (an entry only) is picked up by the next fetch
+    stored = revocations.get_crl(ca_id)
+    assert stored is not None and stored.crl_number == 1
+    dynamo.put(
+        revocations.Revoked(
+            ca_id, "7" * 40, clock.rfc3339(clock.now()), "unspecified", int(clock.epoch()) + 600
+        ).to_item()
+    )
+    third = get(path)
+    assert len(kms_signs) == 2
+    assert int("7" * 40, 16) in {
+        e.serial_number for e in x509.load_der_x509_crl(base64.b64decode(third["body"]))
+    }
+    # And a day later it is rebuilt with a higher number
+    clock.advance(crl.REBUILD_AFTER_SECONDS)
+    get(path)
+    assert len(kms_signs) == 3
+    rebuilt = revocations.get_crl(ca_id)
+    assert rebuilt is not None and rebuilt.crl_number == 3
+
+
+def test_concurrent_rebuilds_never_store_a_lower_crl_number(token: str, tmp_path: Path) -> None:
+    # Given a pool's CA
+    machine = admitted(token, tmp_path / "m")
+    ca_id = urlsplit(crl_url_of(machine["certificate"])).path.rsplit("/", 1)[1]
+    seen: list[int] = []
+    # When eight rebuilds are released together, twice
+    for _ in range(2):
+        built = release_together(lambda _: crl.refresh(ca_id).crl_number, 8)
+        stored = revocations.get_crl(ca_id)
+        assert stored is not None
+        # Then every build answers a CRL no newer than what is stored, and the stored number only grows
+        assert max(built) <= stored.crl_number
+        seen.append(stored.crl_number)
+    assert seen[0] < seen[1]
+    # And the stored CRL's own CRLNumber is the item's
+    stored = revocations.get_crl(ca_id)
+    assert stored is not None
+    number = x509.load_der_x509_crl(stored.der).extensions.get_extension_for_class(x509.CRLNumber).value
+    assert number.crl_number == stored.crl_number
