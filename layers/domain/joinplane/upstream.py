@@ -1,0 +1,261 @@
+"""An upstream root (bring your own): the pool's issuing CA as an intermediate of the organisation's PKI.
+
+Two steps, each its own operator call (issue 12, item 3):
+
+1. `csr_for_key`: a PKCS#10 request for a pending KMS key, signed in KMS, asking for what the pool
+   CA needs (`CA:TRUE, pathlen:0`; `keyCertSign, cRLSign`). The organisation's CA signs it however
+   it likes; the request is only a proposal.
+2. `check_intermediate`: what comes back is checked before anything is stored; it must be for that
+   key, a CA that may sign machine certificates and CRLs, valid long enough to carry a full-length
+   machine certificate, and chain, certificate by certificate, to a self-signed root. The chain is
+   what machines are handed after the CA in `caCertificates` (`openssl verify -CAfile root.pem
+   -untrusted chain machine.crt`), so a chain that does not link is refused here rather than
+   discovered by every machine.
+
+Decisions: the chain must end in a self-signed root (the organisation's trust anchor;
+a chain ending in an intermediate would be trusted by nothing a verifier could check here); the
+intermediate, and every certificate of its chain, must stay valid for at least MAX_LIFETIME_SECONDS
+from the import (an intermediate made with `-days 1` is a mistake to catch now, not in a month);
+after that, issuance must clip each machine certificate to the earliest notAfter of the path
+(`Checked.not_after`; ca.issue_machine_certificate clips to the CA's own notAfter, and a chain
+certificate may expire first).
+
+Only certificate code imports this module (the certificate authorities function); it still loads
+`cryptography` inside its functions, as every module but ca.py does (tests/architecture).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from joinplane.errors import FailedPrecondition, Internal, InvalidArgument
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+_E = TypeVar("_E", bound="x509.ExtensionType")
+
+# A certificate is a few kilobytes at most; a chain of more than a handful is no PKI we can check.
+MAX_CERTIFICATE_CHARS = 16 * 1024
+MAX_CHAIN_LENGTH = 8
+
+
+class Checked(NamedTuple):
+    """An intermediate fit to be the pool's issuing CA, its chain (issuer first) and the root."""
+
+    certificate: x509.Certificate
+    chain: tuple[x509.Certificate, ...]
+    root: x509.Certificate
+    # The earliest notAfter of the path: no machine certificate may outlive it.
+    not_after: datetime
+
+
+# --- The request -----------------------------------------------------------------------------------
+
+
+def csr_for_key(key_id: str, subject: x509.Name) -> str:
+    """A PEM CSR for the KMS key `key_id` (P-256), signed by it with one kms:Sign, and verified
+    against the key's public key before it is returned."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    from joinplane import ca, der
+
+    public_key = ca._public_key(key_id)
+    spki = public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    draft = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_ca_key_usage(), critical=True)
+        .sign(ca.throwaway_key(), hashes.SHA256())
+    )
+    # A CSR carries the signer's own key and cryptography signs only with keys it holds: keep the
+    # draft's version, subject and attributes, and put the KMS key's SubjectPublicKeyInfo in place
+    # of the throwaway's (CertificationRequestInfo: version, subject, subjectPKInfo, attributes).
+    drafted = draft.tbs_certrequest_bytes
+    info = der.sequence(
+        der.sequence_element(drafted, 0),
+        der.sequence_element(drafted, 1),
+        spki,
+        der.sequence_element(drafted, 3),
+    )
+    signed = der.signed(info, der.ECDSA_WITH_SHA256, ca.kms_sign_tbs(key_id, info))
+    try:
+        request = x509.load_der_x509_csr(signed)
+        verified = request.is_signature_valid and request.public_key() == public_key
+    except ValueError:
+        verified = False
+    if not verified:
+        raise Internal(f"the certificate request KMS key {key_id} signed does not verify")
+    return request.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _ca_key_usage() -> x509.KeyUsage:
+    from cryptography import x509
+
+    return x509.KeyUsage(
+        digital_signature=False,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+# --- The signed intermediate -----------------------------------------------------------------------
+
+
+def check_intermediate(
+    certificate_pem: str, chain_pems: list[str], kms_public_key: ec.EllipticCurvePublicKey, now: datetime
+) -> Checked:
+    """The intermediate `certificate_pem` and its `chain_pems` (its issuer first, the self-signed root
+    last), if the intermediate may be the issuing CA of the pool whose pending key is `kms_public_key`
+    from `now` on. Refuses with INVALID_ARGUMENT (not certificates, not a CA, a chain that does not
+    link) or FAILED_PRECONDITION (another key; not valid now or long enough); reads and writes nothing."""
+    from cryptography.hazmat.primitives import serialization
+
+    certificate = _one_certificate(certificate_pem, "certificate")
+    if not isinstance(chain_pems, list) or not chain_pems:
+        raise InvalidArgument("chain must list the certificate's issuer, up to and including the root")
+    if len(chain_pems) > MAX_CHAIN_LENGTH:
+        raise InvalidArgument(f"chain holds {len(chain_pems)} certificates; at most {MAX_CHAIN_LENGTH}")
+    chain = tuple(_one_certificate(pem, f"chain[{index}]") for index, pem in enumerate(chain_pems))
+
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if certificate.public_key().public_bytes(serialization.Encoding.DER, spki) != kms_public_key.public_bytes(
+        serialization.Encoding.DER, spki
+    ):
+        raise FailedPrecondition("certificate is not issued for this pool's pending key (see createCsr)")
+
+    _check_issuing_ca(certificate)
+    _check_links(certificate, chain)
+    not_after = _check_validity((certificate, *chain), now)
+    return Checked(certificate, chain, chain[-1], not_after)
+
+
+def _one_certificate(pem: object, field: str) -> x509.Certificate:
+    from cryptography import x509
+
+    if not isinstance(pem, str) or len(pem) > MAX_CERTIFICATE_CHARS:
+        raise InvalidArgument(f"{field} must be PEM text of at most {MAX_CERTIFICATE_CHARS} characters")
+    try:
+        certificates = x509.load_pem_x509_certificates(pem.encode())
+    except ValueError:
+        raise InvalidArgument(f"{field} is not a PEM certificate") from None
+    if len(certificates) != 1:
+        raise InvalidArgument(f"{field} holds {len(certificates)} certificates; give one per entry")
+    return certificates[0]
+
+
+def _check_issuing_ca(certificate: x509.Certificate) -> None:
+    """The pool CA signs machine certificates (keyCertSign) and its CRLs (cRLSign), and machine
+    certificates name it by its subject key identifier."""
+    from cryptography import x509
+
+    constraints = _extension(certificate, x509.BasicConstraints)
+    if constraints is None or not constraints.ca:
+        raise InvalidArgument("certificate is not a CA certificate (basicConstraints CA:TRUE)")
+    # Path length counts the CAs below: 0 lets it sign machine certificates and nothing more, which is
+    # all the pool CA does; cryptography refuses a negative one when parsing.
+    usage = _extension(certificate, x509.KeyUsage)
+    if usage is None or not (usage.key_cert_sign and usage.crl_sign):
+        raise InvalidArgument("certificate's keyUsage must allow keyCertSign and cRLSign")
+    _check_client_auth(certificate, "certificate")
+    if _extension(certificate, x509.SubjectKeyIdentifier) is None:
+        raise InvalidArgument(
+            "certificate has no subjectKeyIdentifier (RFC 5280 requires one on a CA certificate): "
+            "sign it with subjectKeyIdentifier=hash"
+        )
+
+
+def _check_links(certificate: x509.Certificate, chain: tuple[x509.Certificate, ...]) -> None:
+    """Each certificate issued by the next, each issuer a CA allowed to sign certificates with room
+    for the CAs below it, the last one a self-signed root."""
+    from cryptography import x509
+
+    below = (certificate, *chain)
+    for index, issuer in enumerate(chain):
+        name = "certificate" if index == 0 else f"chain[{index - 1}]"
+        if not _issued_by(below[index], issuer):
+            raise InvalidArgument(f"{name} is not issued by chain[{index}] (its issuer name or signature)")
+        constraints = _extension(issuer, x509.BasicConstraints)
+        if constraints is None or not constraints.ca:
+            raise InvalidArgument(f"chain[{index}] is not a CA certificate (basicConstraints CA:TRUE)")
+        # CAs that follow it in a machine's path: chain[index - 1] ... chain[0] and the pool CA.
+        if constraints.path_length is not None and constraints.path_length < index + 1:
+            raise InvalidArgument(
+                f"chain[{index}]'s pathlen:{constraints.path_length} forbids the {index + 1} CA(s) below it"
+            )
+        usage = _extension(issuer, x509.KeyUsage)
+        if usage is not None and not usage.key_cert_sign:
+            raise InvalidArgument(f"chain[{index}]'s keyUsage does not allow keyCertSign")
+        _check_client_auth(issuer, f"chain[{index}]")
+
+    root = chain[-1]
+    if not _issued_by(root, root):
+        raise InvalidArgument(
+            f"chain[{len(chain) - 1}] is not a self-signed root: the chain must end in the root"
+        )
+
+
+def _issued_by(subject: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Named by `subject` as its issuer, and signed with `issuer`'s key."""
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+
+    try:
+        subject.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _check_client_auth(certificate: x509.Certificate, name: str) -> None:
+    # OpenSSL applies a CA's extendedKeyUsage to the certificates below it: one without clientAuth
+    # makes every machine certificate fail `openssl verify -purpose sslclient`.
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    usages = _extension(certificate, x509.ExtendedKeyUsage)
+    if usages is not None and not {
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,
+    } & set(usages):
+        raise InvalidArgument(f"{name}'s extendedKeyUsage does not allow clientAuth")
+
+
+def _check_validity(path: tuple[x509.Certificate, ...], now: datetime) -> datetime:
+    from joinplane import ca, clock
+
+    for index, certificate in enumerate(path):
+        name = "certificate" if index == 0 else f"chain[{index - 1}]"
+        if certificate.not_valid_before_utc > now + ca.CLOCK_SKEW:
+            raise FailedPrecondition(
+                f"{name} is not valid before {clock.rfc3339(certificate.not_valid_before_utc)}"
+            )
+        if certificate.not_valid_after_utc <= now:
+            raise FailedPrecondition(f"{name} expired at {clock.rfc3339(certificate.not_valid_after_utc)}")
+    not_after = min(certificate.not_valid_after_utc for certificate in path)
+    if not_after < now + timedelta(seconds=ca.MAX_LIFETIME_SECONDS):
+        raise FailedPrecondition(
+            f"the chain expires at {clock.rfc3339(not_after)}, sooner than a machine certificate "
+            f"may live ({ca.MAX_LIFETIME_SECONDS // 86400} days): ask for a longer-lived intermediate"
+        )
+    return not_after
+
+
+def _extension(certificate: x509.Certificate, kind: type[_E]) -> _E | None:
+    from cryptography import x509
+
+    try:
+        return certificate.extensions.get_extension_for_class(kind).value
+    except x509.ExtensionNotFound:
+        return None
