@@ -335,6 +335,7 @@ RETRY_AFTER = {
 ROUTE_THROTTLES = {
     "/machines/join": "JoinRateLimit/JoinBurstLimit",
     "/machines/renew": "JoinRateLimit/JoinBurstLimit",
+    "/crl/{caId}": "JoinRateLimit/JoinBurstLimit",
     "/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
     "/api/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
 }

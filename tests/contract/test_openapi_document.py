@@ -15,6 +15,8 @@ from joinplane_local import openapi
 
 DOCUMENT = openapi.document()
 OPERATIONS = [(path, method, op) for path, item in DOCUMENT["paths"].items() for method, op in item.items()]
+# Every operation but GET /crl/{caId}: the RPCs, a JSON body in and a JSON view out.
+RPCS = [(path, method, op) for path, method, op in OPERATIONS if method == "post"]
 
 
 def valid(component: str, value: Any) -> bool:
@@ -37,7 +39,15 @@ def test_servers_tags_and_security_schemes_are_declared() -> None:
     assert set(DOCUMENT["components"]["securitySchemes"]) == {"apiKey", "joinToken", "clusterKey"}
 
 
-@pytest.mark.parametrize(("path", "method", "op"), OPERATIONS, ids=[p for p, _, _ in OPERATIONS])
+def test_the_only_other_operation_is_the_crl_a_der_answer_without_credentials() -> None:
+    assert [(path, method) for path, method, _ in OPERATIONS if method != "post"] == [("/crl/{caId}", "get")]
+    op = DOCUMENT["paths"]["/crl/{caId}"]["get"]
+    assert op["security"] == [] and "requestBody" not in op
+    assert set(op["responses"]["200"]["content"]) == {"application/pkix-crl"}
+    assert op["responses"]["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+
+
+@pytest.mark.parametrize(("path", "method", "op"), RPCS, ids=[p for p, _, _ in RPCS])
 def test_each_operation_is_described_with_an_example_its_schema_accepts(
     path: str, method: str, op: dict[str, Any]
 ) -> None:
@@ -53,7 +63,7 @@ def test_operation_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize(("path", "method", "op"), OPERATIONS, ids=[p for p, _, _ in OPERATIONS])
+@pytest.mark.parametrize(("path", "method", "op"), RPCS, ids=[p for p, _, _ in RPCS])
 def test_every_success_is_a_typed_view_that_forbids_unknown_fields(
     path: str, method: str, op: dict[str, Any]
 ) -> None:

@@ -196,10 +196,13 @@ def test_the_server_answers_exactly_as_the_document_says(runtime: Runtime, tmp_p
     ],
 )
 def test_other_methods_are_not_found(runtime: Runtime, method: str) -> None:
-    # Given every documented route (all POST), when it is called with another method,
-    # then the gateway answers as API Gateway does: 404 {"message":"Not Found"}, nothing runs
+    # Given every documented route (all POST but GET /crl/{caId}), when it is called with a method
+    # it does not document, then the gateway answers as API Gateway does: 404 {"message":"Not
+    # Found"}, nothing runs
     host, port = runtime.url.removeprefix("http://").split(":")
-    for path in json.loads(DOCUMENT.read_text())["paths"]:
+    for path, operations in json.loads(DOCUMENT.read_text())["paths"].items():
+        if method.lower() in operations:
+            continue
         connection = http.client.HTTPConnection(host, int(port), timeout=15)
         try:
             connection.request(method, path, body=b"{}", headers={"content-type": "application/json"})

@@ -71,13 +71,23 @@ def test_keys_are_created_only_as_tagged_p256_signing_keys_and_aliased_under_the
         )
 
 
-def test_only_the_ca_functions_and_the_retention_job_touch_kms_keys_and_none_may_decrypt() -> None:
+def test_only_the_ca_functions_revocation_and_the_retention_job_touch_kms_keys_and_none_may_decrypt() -> None:
     touching = {
         name
         for name, function in FUNCTIONS.items()
         if any(a.startswith("kms:") for s in statements(function) for a in actions(s))
     }
-    assert touching == {"MachineJoinFunction", "CertificateAuthoritiesFunction", "RetentionFunction"}
+    assert touching == {
+        "MachineJoinFunction",
+        "CertificateAuthoritiesFunction",
+        "RetentionFunction",
+        "MachinesFunction",
+    }
+    # A revocation re-signs its CA's CRL: MachinesFunction signs with this stack's keys, nothing else
+    (crl_signing,) = [
+        s for s in statements(FUNCTIONS["MachinesFunction"]) if any(a.startswith("kms:") for a in actions(s))
+    ]
+    assert actions(crl_signing) == {"kms:Sign"} and crl_signing["Condition"] == {"StringEquals": STACK_TAG}
     (deletion,) = granting(FUNCTIONS["RetentionFunction"], "kms:ScheduleKeyDeletion")
     assert deletion["Condition"] == {"StringEquals": STACK_TAG}
     assert actions(deletion) == {"kms:ScheduleKeyDeletion"}
