@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,9 +19,11 @@ from cryptography import x509
 
 from joinplane import aws, clock, crl
 from joinplane.dal import dynamo, revocations
+from joinplane_local.runtime import Runtime
 from tests.support import LambdaContext, call, http_event, join, openssl_csr, release_together, route_handler
 from tests.support.csr import make_csr, openssl
 from tests.support.http import sign_proof
+from tests.support.runtime import Http, local_runtime
 
 TENANT = {"tenantId": "acme"}
 POOL = {**TENANT, "poolId": "gpu"}
@@ -250,3 +254,58 @@ def test_concurrent_rebuilds_never_store_a_lower_crl_number(token: str, tmp_path
     assert stored is not None
     number = x509.load_der_x509_crl(stored.der).extensions.get_extension_for_class(x509.CRLNumber).value
     assert number.crl_number == stored.crl_number
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Runtime]:
+    with local_runtime() as running:
+        yield running
+
+
+def test_over_http_the_distribution_point_serves_the_crl_that_revokes_the_machine(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    # Given a pool of the local runtime (`make run`) and two machines joined over HTTP
+    api = Http(runtime)
+    pool = {"tenantId": "dev", "poolId": "crl-pool"}
+    created = api.post(
+        "/api/compute/pools/create", {**pool, "siteId": "s1", "name": "CRL", "workspaceId": "w"}, api.admin
+    )
+    assert created[0] == 200, created
+    status, body = api.post("/api/compute/joinTokens/create", {**pool, "maxUses": 2}, api.admin)
+    assert status == 200, body
+    machines = {}
+    for name in ("revoked", "kept"):
+        (tmp_path / name).mkdir()
+        status, joined = api.post(
+            "/machines/join", {"joinToken": body["token"], "csr": openssl_csr(tmp_path / name, "/CN=m")}
+        )
+        assert status == 200, joined
+        (tmp_path / name / "machine.crt").write_text(joined["certificate"])
+        (tmp_path / name / "ca.crt").write_text(joined["caCertificates"])
+        machines[name] = joined
+    # And their certificates name the CRL on this runtime's own address
+    url = crl_url_of(machines["revoked"]["certificate"])
+    assert url.startswith(f"{runtime.url}/crl/ca_"), url
+    # When one is revoked and a verifier fetches the distribution point with no credentials
+    status, revoked = api.post(
+        "/api/compute/machines/revoke",
+        {"tenantId": "dev", "machineId": machines["revoked"]["machineId"]},
+        api.admin,
+    )
+    assert status == 200 and revoked["state"] == "revoked", revoked
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        assert response.headers["content-type"] == "application/pkix-crl"
+        assert response.headers["cache-control"].startswith("public, max-age=")
+        (tmp_path / "crl.der").write_bytes(response.read())
+    openssl("crl", "-inform", "DER", "-in", str(tmp_path / "crl.der"), "-out", str(tmp_path / "crl.pem"))
+    # Then openssl says the revoked machine's certificate is revoked, and the other one is OK
+    result = verify_with_crl(tmp_path / "revoked", tmp_path / "crl.pem")
+    assert result.returncode != 0 and "certificate revoked" in result.stdout + result.stderr
+    result = verify_with_crl(tmp_path / "kept", tmp_path / "crl.pem")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # And an unknown CA's CRL is a 404
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{runtime.url}/crl/ca_01m8nz6smg0chzvz0b58z6hma5", timeout=30)
+    assert missing.value.code == 404
