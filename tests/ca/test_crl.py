@@ -22,6 +22,7 @@ from joinplane.dal import dynamo, revocations
 from joinplane_local.runtime import Runtime
 from tests.support import LambdaContext, call, http_event, join, openssl_csr, release_together, route_handler
 from tests.support.csr import make_csr, openssl
+from tests.support.events import publish_table_stream
 from tests.support.http import sign_proof
 from tests.support.runtime import Http, local_runtime
 
@@ -309,3 +310,17 @@ def test_over_http_the_distribution_point_serves_the_crl_that_revokes_the_machin
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"{runtime.url}/crl/ca_01m8nz6smg0chzvz0b58z6hma5", timeout=30)
     assert missing.value.code == 404
+
+
+def test_the_revocation_is_the_audit_event_and_the_crl_makes_none(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given a machine revoked, its CRL refreshed by the revocation and fetched again
+    machine = admitted(token, tmp_path / "m")
+    revoke(admin_key, machine)
+    fetched_crl(machine["certificate"], tmp_path / "m")
+    # When the table's stream is published
+    published = [event.detail_type for event in publish_table_stream()]
+    # Then the revocation is its one security event, and neither the CRL nor its entries are any
+    assert published.count("security.machine.revoked") == 1, published
+    assert not [kind for kind in published if "crl" in kind.lower() or "revokedcert" in kind.lower()]
