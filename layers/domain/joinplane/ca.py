@@ -326,6 +326,22 @@ def crl_url(base_url: str, ca_id: str) -> str:
     return f"{base_url.rstrip('/')}/crl/{ca_id}"
 
 
+def ca_key_usage() -> x509.KeyUsage:
+    """What a pool CA's key may do, in its own certificate and in the CSR for an upstream root:
+    sign certificates and CRLs, nothing else."""
+    return x509.KeyUsage(
+        digital_signature=False,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _serial_number() -> int:
     # Bit 158 always set: every serial is exactly 159 bits (20 DER bytes, positive) with 158 random.
     return secrets.randbits(158) | (1 << 158)
@@ -531,20 +547,7 @@ def _new_ca(
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + CA_VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(ca_key_usage(), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
     try:

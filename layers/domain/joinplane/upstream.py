@@ -71,7 +71,7 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
         x509.CertificateSigningRequestBuilder()
         .subject_name(subject)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_ca_key_usage(), critical=True)
+        .add_extension(ca.ca_key_usage(), critical=True)
         .sign(ca.throwaway_key(), hashes.SHA256())
     )
     # A CSR carries the signer's own key and cryptography signs only with keys it holds: keep the
@@ -93,22 +93,6 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
     if not verified:
         raise Internal(f"the certificate request KMS key {key_id} signed does not verify")
     return request.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def _ca_key_usage() -> x509.KeyUsage:
-    from cryptography import x509
-
-    return x509.KeyUsage(
-        digital_signature=False,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=True,
-        crl_sign=True,
-        encipher_only=False,
-        decipher_only=False,
-    )
 
 
 # --- The signed intermediate -----------------------------------------------------------------------
