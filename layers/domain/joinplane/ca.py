@@ -68,8 +68,6 @@ CA_CACHE_SECONDS = 60
 BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + CA_CACHE_SECONDS
 # Real KMS signs RAW messages of at most 4096 bytes.
 MAX_TBS_BYTES = 4096
-# How long a scheduled KMS key deletion waits (KMS's minimum): a key scheduled by mistake can be saved.
-KEY_DELETION_DAYS = 7
 FIRST_CA_CREATOR = "join"
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -643,7 +641,9 @@ def schedule_key_deletion(key_id: str) -> None:
     """Best effort: a key that is never used costs $1 a month until deleted; a failure here must not
     hide the caller's own outcome."""
     try:
-        aws.client("kms").schedule_key_deletion(KeyId=key_id, PendingWindowInDays=KEY_DELETION_DAYS)
+        aws.client("kms").schedule_key_deletion(
+            KeyId=key_id, PendingWindowInDays=authorities_db.KEY_DELETION_DAYS
+        )
     except Exception as failure:
         from joinplane import observe
 

@@ -14,9 +14,6 @@ from joinplane import aws, clock, observe
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import requests as requests_db
 
-# KMS's shortest waiting period: a key scheduled by mistake can still be cancelled for a week.
-KEY_DELETION_DAYS = 7
-
 
 def expire_due(max_items: int = 1000) -> int:
     """Mark open requests past their expiry `expired` (the retention job). Correctness never
@@ -85,4 +82,4 @@ def _schedule_key_deletion(key_id: str) -> None:
     client = aws.client("kms")
     # Already pending deletion: a run before this one scheduled it.
     with contextlib.suppress(client.exceptions.KMSInvalidStateException):
-        client.schedule_key_deletion(KeyId=key_id, PendingWindowInDays=KEY_DELETION_DAYS)
+        client.schedule_key_deletion(KeyId=key_id, PendingWindowInDays=authorities_db.KEY_DELETION_DAYS)

@@ -35,6 +35,9 @@ POINTER_PREFIX = "CAPOOL#"
 # gsi2, sparse: the retired CAs by when they leave their bundle, for the retention job. One
 # partition: a deployment retires a handful of CAs a month, not thousands a second.
 RETIRED_PARTITION = "RETIREDCA"
+# How long a CA key scheduled for deletion waits (KMS's minimum): one scheduled by mistake can still be
+# cancelled for a week. Here, beside the CA records, for the issuing code and the retention job alike.
+KEY_DELETION_DAYS = 7
 
 
 class Contended(Exception):
