@@ -8,12 +8,14 @@ the English message. An unrecognised 7 is treated as a denial.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -172,9 +174,41 @@ class JoinOptions:
     rejoin: bool = False
     output: str = "table"
     timeout: float = 30.0
+    # `joinplane agent`: an unreachable or failing server is waited out (with backoff), at boot too.
+    service: bool = False
     facts_root: Path = Path("/")
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
+    # Sleeps this long; True when told to stop meanwhile (the agent's SIGTERM), which ends the wait.
+    sleep: Callable[[float], bool] = field(default=lambda seconds: _plain_sleep(seconds))
+
+
+def _plain_sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+class Backoff:
+    """Exponential backoff with jitter, capped: 1, 2, 4 ... 60 s, each drawn between half and all of
+    it, so machines that lost their server together do not come back in step."""
+
+    def __init__(self, base: float = 1.0, cap: float = MAX_BACKOFF) -> None:
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** min(self.failures, 32))
+        self.failures += 1
+        return ceiling * random.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def retryable(failed: ApiError) -> bool:
+    """Worth asking again later, unchanged: a busy or failing server (5xx, 429, UNAVAILABLE...)."""
+    return failed.transient or failed.status >= 500
 
 
 @dataclass
@@ -230,26 +264,32 @@ class Agent:
 
     # --- join ------------------------------------------------------------------------------
 
-    def join(self) -> Exit:
+    def join(self, *, lock_held: bool = False) -> Exit:
+        """Join; `lock_held` when the caller (the agent service) already holds DIR's lock."""
         facts = machine_facts.collect(self.o.facts_root)
         if self.o.dry_run:
             return self._dry_run(facts)
+        if lock_held:
+            return self._join_held(facts)
         try:
             with statedir.locked(self.o.directory):
-                try:
-                    recovered = statedir.recover(self.o.directory)
-                    if recovered:
-                        self.say(f"Recovered {self.o.directory}: {recovered}.")
-                    self._refuse_if_joined()
-                    statedir.ensure(self.o.directory)
-                    key, csr = self._key(facts.hostname, persist=True)
-                except OSError as failed:
-                    raise CliError(f"{self.o.directory}: {failed.strerror or failed}", Exit.USAGE) from None
-                except UnicodeDecodeError:
-                    raise CliError(f"{self.o.directory}: a file in it is not text", Exit.USAGE) from None
-                return self._join_loop(facts, key, csr)
+                return self._join_held(facts)
         except statedir.Busy as busy:
             raise CliError(str(busy), Exit.USAGE) from None
+
+    def _join_held(self, facts: machine_facts.Facts) -> Exit:
+        try:
+            recovered = statedir.recover(self.o.directory)
+            if recovered:
+                self.say(f"Recovered {self.o.directory}: {recovered}.")
+            self._refuse_if_joined()
+            statedir.ensure(self.o.directory)
+            key, csr = self._key(facts.hostname, persist=True)
+        except OSError as failed:
+            raise CliError(f"{self.o.directory}: {failed.strerror or failed}", Exit.USAGE) from None
+        except UnicodeDecodeError:
+            raise CliError(f"{self.o.directory}: a file in it is not text", Exit.USAGE) from None
+        return self._join_loop(facts, key, csr)
 
     def _refuse_if_joined(self) -> None:
         if self.o.rejoin:
@@ -311,7 +351,8 @@ class Agent:
             except ApiError as failed:
                 if not failed.transient or attempt == QUICK_RETRIES - 1:
                     raise
-            time.sleep(delay * (1 + random.random() * JITTER))
+            if self.o.sleep(delay * (1 + random.random() * JITTER)):
+                raise KeyboardInterrupt
             delay *= 2
         raise AssertionError("unreachable")
 
@@ -323,12 +364,12 @@ class Agent:
         wait = _Wait()
         # JSON on stdout must stay parseable: progress then goes to stderr.
         status = StatusLine(self.o.err if self.o.output == "json" else self.o.out)
-        backoff = 1.0
+        backoff = Backoff()
         try:
             while True:
                 try:
                     response = self._post_join(body, key)
-                    backoff = 1.0
+                    backoff.reset()
                 except ApiError as failed:
                     if failed.code == "PERMISSION_DENIED":
                         status.done()
@@ -346,18 +387,16 @@ class Agent:
                             "Ask an operator for a new one (`joinplane tokens create`).",
                             Exit.UNAUTHENTICATED,
                         ) from None
-                    if not (self.o.wait and wait.announced and failed.transient):
+                    waited_out = self.o.service and retryable(failed)
+                    if not (waited_out or (self.o.wait and wait.announced and failed.transient)):
                         raise
-                    backoff = self._pause(
-                        status, wait, min(backoff * 2, MAX_BACKOFF), f"server busy ({failed.code})"
-                    )
+                    self._pause(status, wait, backoff.next(), f"server busy ({failed.code})", jitter=False)
                     continue
                 except Unreachable as down:
-                    if not (self.o.wait and wait.announced):
+                    if not (self.o.service or (self.o.wait and wait.announced)):
                         raise
-                    backoff = self._pause(
-                        status, wait, min(backoff * 2, MAX_BACKOFF), f"server unreachable: {down.reason}"
-                    )
+                    state = f"server unreachable: {down.reason}"
+                    self._pause(status, wait, backoff.next(), state, jitter=False)
                     continue
                 if response.status == 200 and response.body.get("ok"):
                     status.done()
@@ -403,25 +442,29 @@ class Agent:
                 self.complain("Interrupted.")
             return Exit.INTERRUPTED
 
-    def _pause(self, status: StatusLine, wait: _Wait, seconds: float, state: str) -> float:
-        """Sleep `seconds` plus jitter, keeping the status line current; returns `seconds`."""
-        until = time.monotonic() + seconds * (1 + random.random() * JITTER)
+    def _pause(
+        self, status: StatusLine, wait: _Wait, seconds: float, state: str, *, jitter: bool = True
+    ) -> None:
+        """Sleep `seconds` (plus jitter unless the caller drew its own), keeping the status line
+        current; a stop request (the agent's SIGTERM) ends it as Ctrl-C would."""
+        until = time.monotonic() + seconds * (1 + (random.random() * JITTER if jitter else 0.0))
         first = True
         while True:
             left = until - time.monotonic()
             if left <= 0 and not first:
-                return seconds
+                return
             now = time.time() + wait.clock_offset
-            expires = render.until(wait.expires_at, now) if wait.expires_at else "-"
+            expires = f", request expires {render.until(wait.expires_at, now)}" if wait.expires_at else ""
             text = (
-                f"[waited {_words(wait.elapsed())}] {wait.request_id or 'join'}: {state}, "
-                f"request expires {expires}; next check in {math.ceil(max(left, 0))}s"
+                f"[waited {_words(wait.elapsed())}] {wait.request_id or 'join'}: {state}{expires}; "
+                f"next check in {math.ceil(max(left, 0))}s"
             )
             status.show(text, tick=not first)
             first = False
             if left <= 0:
-                return seconds
-            time.sleep(min(left, 1.0))
+                return
+            if self.o.sleep(min(left, 1.0)):
+                raise KeyboardInterrupt
 
     def _announce(self, response: Response) -> None:
         request = response.body["joinRequest"]
@@ -483,6 +526,7 @@ class Agent:
             "url": self.o.url,
             "schedulable": body.get("schedulable") is True,
             "certificateExpiresAt": issued.expires_at,
+            "certificateIssuedAt": render.rfc3339(response.now()),
             "joinedAt": render.rfc3339(response.now()),
         }
         files: dict[str, str | bytes] = {
@@ -547,7 +591,7 @@ class RenewOptions:
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
 
-def _stored_machine(directory: Path) -> dict[str, Any]:
+def stored_machine(directory: Path) -> dict[str, Any]:
     """machine.json as an object; {} when it is missing, unreadable or not an object."""
     try:
         machine = json.loads(statedir.read(directory, statedir.MACHINE) or "{}")
@@ -556,10 +600,11 @@ def _stored_machine(directory: Path) -> dict[str, Any]:
     return machine if isinstance(machine, dict) else {}
 
 
-def renew(options: RenewOptions) -> Exit:
+def renew(options: RenewOptions, *, lock_held: bool = False) -> Exit:
+    """Renew the certificate in DIR; `lock_held` when the caller (the agent service) holds DIR's lock."""
     directory = options.directory
     try:
-        with statedir.locked(directory):
+        with contextlib.nullcontext() if lock_held else statedir.locked(directory):
             statedir.recover(directory)
             token = (statedir.read(directory, statedir.TOKEN) or "").strip()
             stored_key = statedir.read(directory, statedir.KEY)
@@ -568,7 +613,7 @@ def renew(options: RenewOptions) -> Exit:
                     f"{directory} holds no joined machine (no machine.token); run `joinplane join`",
                     Exit.USAGE,
                 )
-            machine = _stored_machine(directory)
+            machine = stored_machine(directory)
             url = options.url or _text(machine.get("url"))
             if not url:
                 raise CliError("no server URL: pass --url or set JOINPLANE_URL", Exit.USAGE)
@@ -615,7 +660,12 @@ def renew(options: RenewOptions) -> Exit:
                     f"{directory} was left as it was",
                     Exit.ERROR,
                 )
-            machine.update(machineId=issued.machine_id, url=url, certificateExpiresAt=issued.expires_at)
+            machine.update(
+                machineId=issued.machine_id,
+                url=url,
+                certificateExpiresAt=issued.expires_at,
+                certificateIssuedAt=render.rfc3339(response.now()),
+            )
             files: dict[str, str | bytes] = {
                 name: (directory / name).read_bytes()
                 for name in statedir.OURS

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from joinplane_cli.exits import CliError, Exit
+from joinplane_cli.version import VERSION
 
-USER_AGENT = "joinplane-cli/0.1.0"
+USER_AGENT = f"joinplane-cli/{VERSION}"
 DEFAULT_TIMEOUT = 30.0
 
 # gRPC status codes by number, as seed 002's rpcStatus carries them.

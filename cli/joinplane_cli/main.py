@@ -18,9 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from joinplane_cli import admin, agent
+from joinplane_cli import admin, agent, service
 from joinplane_cli.api import DEFAULT_TIMEOUT, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
+from joinplane_cli.version import VERSION
 
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
@@ -119,13 +120,18 @@ def _pool(args: argparse.Namespace) -> str:
 # --- handlers --------------------------------------------------------------------------------
 
 
-def _join(args: argparse.Namespace) -> Exit:
-    token = args.token
+def _token(args: argparse.Namespace) -> str | None:
+    token: str | None = args.token
     if args.token_file:
         try:
             token = Path(args.token_file).read_text().strip()
         except OSError as failed:
             raise CliError(f"--token-file: {failed.strerror or failed}", Exit.USAGE) from None
+    return token
+
+
+def _join(args: argparse.Namespace) -> Exit:
+    token = _token(args)
     options = agent.JoinOptions(
         url=_need(args.url, "--url", "JOINPLANE_URL"),
         token=_need(token, "--token", "JOINPLANE_TOKEN"),
@@ -140,6 +146,21 @@ def _join(args: argparse.Namespace) -> Exit:
         timeout=args.timeout,
     )
     return agent.Agent(options).join()
+
+
+def _agent(args: argparse.Namespace) -> Exit:
+    options = service.ServiceOptions(
+        url=args.url,
+        token=None if args.print_systemd_unit else _token(args),
+        directory=Path(args.dir).absolute(),
+        on_renew=args.on_renew,
+        output=args.output,
+        timeout=args.timeout,
+    )
+    if args.print_systemd_unit:
+        token_file = str(Path(args.token_file).absolute()) if args.token_file else None
+        return service.print_unit(options, token_file)
+    return service.serve(options)
 
 
 def _renew(args: argparse.Namespace) -> Exit:
@@ -228,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     join = commands.add_parser(
@@ -266,6 +288,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
     join.set_defaults(handler=_join)
+
+    service_mode = commands.add_parser(
+        "agent",
+        parents=[server],
+        help="run as a service: join if needed, then renew the certificate before it expires",
+        description=(
+            "Join if DIR holds no identity (waiting for approval), then renew at about two thirds of "
+            "the certificate's lifetime; an unreachable or failing server is retried with backoff. "
+            "Runs until SIGTERM."
+        ),
+    )
+    service_mode.add_argument(
+        "--token", default=os.environ.get("JOINPLANE_TOKEN"), help="join token jpt_..., for the first join"
+    )
+    service_mode.add_argument(
+        "--token-file", help="read the join token from this file (keeps it out of `ps`)"
+    )
+    service_mode.add_argument(
+        "--dir",
+        default=str(default_dir()),
+        help="where the key and identity live (env JOINPLANE_DIR; default %(default)s)",
+    )
+    service_mode.add_argument(
+        "--on-renew",
+        metavar="CMD",
+        help="shell command run in DIR after each join and renewal, e.g. 'systemctl reload nginx'",
+    )
+    service_mode.add_argument(
+        "--print-systemd-unit",
+        action="store_true",
+        help="print a systemd unit running this agent with these options, and exit",
+    )
+    service_mode.set_defaults(handler=_agent)
 
     renew = commands.add_parser(
         "renew",

@@ -1,0 +1,117 @@
+"""The agent service's schedule, backoff and systemd unit, without a server."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from joinplane_cli import agent, main, service
+from joinplane_cli.api import ApiError
+
+
+@pytest.mark.parametrize(
+    ("draw", "expected"),
+    [
+        (0.5, 1000 + 200),  # two thirds of a 300 s lifetime
+        (0.0, 1000 + 300 * (2 / 3 - 0.05)),
+        (1.0, 1000 + 300 * (2 / 3 + 0.05)),
+    ],
+)
+def test_renewal_comes_at_two_thirds_of_the_lifetime_give_or_take_five_percent(
+    draw: float, expected: float
+) -> None:
+    # Given a certificate issued at t=1000 that expires at t=1300
+    # When the agent schedules its renewal with a given draw of jitter
+    due = service.renewal_time(1000.0, 1300.0, draw)
+    # Then it lands within five percent of the lifetime around two thirds of it
+    assert due == pytest.approx(expected)
+
+
+def test_an_already_expired_certificate_is_renewed_at_once() -> None:
+    # Given a certificate whose expiry is not after its issue (a bad clock, a broken answer)
+    # When the renewal is scheduled, Then it is due at its issue instant, i.e. already
+    assert service.renewal_time(1000.0, 900.0, 0.9) == 1000.0
+
+
+def test_backoff_doubles_with_jitter_up_to_a_minute_and_starts_over_after_a_success() -> None:
+    # Given a backoff and a seeded random source
+    random.seed(7)
+    backoff = agent.Backoff()
+    # When the server fails ten times in a row
+    delays = [backoff.next() for _ in range(10)]
+    # Then each pause is between half and all of 1, 2, 4 ... seconds, never over 60
+    for failures, delay in enumerate(delays):
+        ceiling = min(60.0, 2.0**failures)
+        assert ceiling / 2 <= delay <= ceiling, (failures, delay)
+    assert max(delays) <= 60
+    # And after a success the next failure waits about a second again
+    backoff.reset()
+    assert 0.5 <= backoff.next() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "retried"),
+    [
+        (503, "UNAVAILABLE", True),
+        (429, "RESOURCE_EXHAUSTED", True),
+        (500, "INTERNAL", True),
+        (502, "HTTP_502", True),
+        (403, "PERMISSION_DENIED", False),
+        (401, "UNAUTHENTICATED", False),
+        (400, "INVALID_ARGUMENT", False),
+    ],
+)
+def test_only_a_busy_or_failing_server_is_waited_out(status: int, code: str, retried: bool) -> None:
+    # Given a server's error answer, When the agent decides whether to try again, Then it retries
+    # 5xx and 429 only: a refusal is permanent
+    assert agent.retryable(ApiError(status, code, "x")) is retried
+
+
+def test_the_printed_systemd_unit_is_one_systemd_accepts_and_keeps_secrets_and_dollars_literal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given the options a machine's agent runs with, a hook with a shell variable among them
+    token_file = tmp_path / "token"
+    # When the unit is printed
+    code = main.main(
+        [
+            "agent",
+            "--print-systemd-unit",
+            "--url",
+            "https://joinplane.example.com",
+            "--token",
+            "jpt_secret_never_printed",
+            "--token-file",
+            str(token_file),
+            "--dir",
+            "/var/lib/joinplane",
+            "--on-renew",
+            "systemctl reload nginx && echo $HOSTNAME 100%",
+        ]
+    )
+    unit = capsys.readouterr().out
+    # Then it runs `joinplane agent` with those options, systemd-quoted
+    assert code == 0
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.endswith(
+        f"agent --dir /var/lib/joinplane --url https://joinplane.example.com --token-file {token_file} "
+        '--on-renew "systemctl reload nginx && echo $$HOSTNAME 100%%"'
+    )
+    # And it never holds the token itself, and does not restart after a permanent refusal
+    assert "jpt_" not in unit.replace("JOINPLANE_TOKEN=jpt_...", "")
+    assert "RestartPreventExitStatus=4 5 6 8" in unit
+    # And systemd itself finds nothing wrong with it
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    path = tmp_path / "joinplane-agent.service"
+    program = exec_start.removeprefix("ExecStart=").split(" ")[0]
+    path.write_text(unit.replace(f"ExecStart={program} ", f"ExecStart={shutil.which('true')} "))
+    checked = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert path.name not in checked.stderr  # a setting it ignores is only a warning
