@@ -10,14 +10,15 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist
 
 setup: $(STAMP) tools
 
-$(STAMP): requirements-dev.txt pyproject.toml
+$(STAMP): requirements-dev.txt pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./cli
 	touch $(STAMP)
 
 # Debian tools the tests drive as a real client would (openssl makes CSRs and verifies chains).
@@ -25,7 +26,26 @@ tools:
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
 
 run: setup
+	@echo "The joinplane command is $(abspath $(BIN))/joinplane: put it on PATH with"
+	@echo "  export PATH=\"$(abspath $(BIN)):\$$PATH\"   (or install it alone: make install-cli)"
 	$(PY) -m joinplane_local $(ARGS)
+
+# The `joinplane` command alone (cli/pyproject.toml: cryptography, no server code), in a virtualenv of
+# its own under CLI_PREFIX, linked into CLI_PREFIX/bin (on PATH in most shells for ~/.local/bin).
+CLI_PREFIX ?= $(HOME)/.local
+CLI_VENV := $(CLI_PREFIX)/share/joinplane-cli
+install-cli:
+	$(PYTHON) -m venv $(CLI_VENV)
+	$(CLI_VENV)/bin/pip install -q --disable-pip-version-check --upgrade ./cli
+	mkdir -p $(CLI_PREFIX)/bin && ln -sf $(CLI_VENV)/bin/joinplane $(CLI_PREFIX)/bin/joinplane
+	@$(CLI_PREFIX)/bin/joinplane --version
+	@echo "Installed $(CLI_PREFIX)/bin/joinplane (is $(CLI_PREFIX)/bin on your PATH?)"
+
+# The CLI's wheel, for machines: pip install cli/dist/joinplane_cli-*.whl (pulls in cryptography).
+dist: setup
+	rm -rf cli/dist
+	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w cli/dist ./cli
+	@ls cli/dist/*.whl
 
 lint: setup
 	$(BIN)/ruff check .
