@@ -1,4 +1,4 @@
-"""POST /api/compute/apiKeys/{create,list,revoke}"""
+"""POST /api/compute/apiKeys/{create,list,revoke,whoami}"""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def list_keys(request: HttpRequest) -> views.ApiKeyList:
 @routes.operation("apiKeys.revoke")
 def revoke(request: HttpRequest) -> views.ApiKey:
     return apikeys.revoke(*operator_api.parse(request, apikeys.RevokeApiKey))
+
+
+@routes.operation("apiKeys.whoami")
+def whoami(request: HttpRequest) -> views.ApiKey:
+    return apikeys.whoami(*operator_api.parse(request, apikeys.WhoAmI))
 
 
 lambda_handler = routes.handle

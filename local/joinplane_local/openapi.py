@@ -107,6 +107,13 @@ DOCS: dict[str, Doc] = {
         "Revoking again changes nothing. A key may revoke only keys whose every grant it holds.",
         {"tenantId": "dev", "keyId": "key_01m8p0000000000000000000ab"},
     ),
+    "apiKeys.whoami": Doc(
+        "Tell the calling key about itself",
+        "The API key in the `Authorization` header: its id, tenant, grants, description and state, "
+        "never its secret. Any valid key may ask; no grant is needed. The body is `{}`. A key "
+        "revoked moments ago is `UNAUTHENTICATED` here even while the gateway still caches it.",
+        {},
+    ),
     "pools.create": Doc(
         "Create a compute pool",
         "Creates the site too if it is new. Placing a pool in a site needs `compute:pools:write` at "
@@ -1190,15 +1197,19 @@ def _with_table_fields(operation: Schema, route: Route) -> Schema:
 def _operator_operation(route: Route, components: _Components) -> Schema:
     assert route.request is not None and route.response is not None, route
     doc = DOCS[route.operation]
-    request_ref = components.add_request(_resolve(route.request))
+    request_model = _resolve(route.request)
+    request_ref = components.add_request(request_model)
     response_ref = components.add_view(_resolve(route.response))
+    # A missing body reads as `{}` (operator_api.validate): only a model with a required field
+    # makes the body itself required.
+    body_required = bool(request_model.model_json_schema().get("required"))
     return {
         "post": {
             "tags": [TAGS[route.path.split("/")[3]][0]],
             "summary": doc.summary,
             "description": doc.description,
             "requestBody": {
-                "required": True,
+                "required": body_required,
                 "content": {JSON: {"schema": {"$ref": request_ref}, "example": doc.example}},
             },
             "responses": {

@@ -1,4 +1,4 @@
-"""Operator API keys: create, list, revoke, and the authorizer's verification.
+"""Operator API keys: create, list, revoke, whoami, and the authorizer's verification.
 
 Stored as `joinplane.dal.apikeys.ApiKey`. The secret (`jpk_<ulid>_<random>`) is returned once by
 `create`; only its SHA-256 is kept.
@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from joinplane import clock, credentials, ids
 from joinplane.dal import apikeys as apikeys_db
 from joinplane.dal.apikeys import ApiKey
-from joinplane.errors import NotFound, PermissionDenied
+from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Grant, Principal, Resource
 from joinplane.keyauth import ID_PREFIX, SECRET_PREFIX
 from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
@@ -37,6 +37,12 @@ class ListApiKeys(BaseModel):
     tenantId: str = Field(pattern=TENANT_ID)
     limit: int = Field(default=100, ge=1, le=200)
     cursor: str | None = Field(default=None, pattern=KEY_ID_PATTERN)
+
+
+# The body is `{}` (the key in the Authorization header is the subject); a model all the same, so
+# unknown fields are refused as on every route.
+class WhoAmI(BaseModel):
+    model_config = STRICT
 
 
 class RevokeApiKey(BaseModel):
@@ -115,4 +121,18 @@ def revoke(principal: Principal, request: RevokeApiKey) -> views.ApiKey:
         if lost.current is None:
             raise NotFound("API key not found") from None
         key = lost.current  # already revoked: revoking again changes nothing
+    return _view(key)
+
+
+def whoami(principal: Principal, request: WhoAmI) -> views.ApiKey:
+    """The calling key, never its secret. Any valid key may ask, with no grant: it learns only what
+    its holder already has, and a console or CLI needs the tenant and grants to know what to show.
+
+    Read from the table (one consistent GetItem), not from the authorizer's context: the answer
+    carries the description and createdAt, and a key revoked while API Gateway still caches its
+    authorization (up to 300 s) is told now that it is no longer valid."""
+    del request
+    key = apikeys_db.get(principal.key_id)
+    if key is None or not key.active or key.tenant_id != principal.tenant_id:
+        raise Unauthenticated("this API key is not valid (revoked or unknown)")
     return _view(key)

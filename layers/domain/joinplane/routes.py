@@ -46,6 +46,7 @@ ROUTES: tuple[Route, ...] = (
     ),
     _operator("ApiKeysFunction", "/api/compute/apiKeys/list", "joinplane.apikeys:ListApiKeys", "ApiKeyList"),
     _operator("ApiKeysFunction", "/api/compute/apiKeys/revoke", "joinplane.apikeys:RevokeApiKey", "ApiKey"),
+    _operator("ApiKeysFunction", "/api/compute/apiKeys/whoami", "joinplane.apikeys:WhoAmI", "ApiKey"),
     _operator("PoolsFunction", "/api/compute/pools/create", "joinplane.pools:CreatePool", "Pool"),
     _operator("PoolsFunction", "/api/compute/pools/get", "joinplane.pools:PoolRef", "Pool"),
     _operator("PoolsFunction", "/api/compute/pools/list", "joinplane.pools:ListPools", "PoolList"),
