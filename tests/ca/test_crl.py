@@ -17,10 +17,12 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 
-from joinplane import aws, clock, crl
+from joinplane import aws, clock, container, crl
 from joinplane.dal import dynamo, revocations
 from joinplane_local.runtime import Runtime
-from tests.support import LambdaContext, call, http_event, join, openssl_csr, release_together, route_handler
+from tests.support import call, join, openssl_csr, release_together
+from tests.support.crl import crl_url_of, fetched_crl
+from tests.support.crl import get_crl as get
 from tests.support.csr import make_csr, openssl
 from tests.support.events import publish_table_stream
 from tests.support.http import sign_proof
@@ -28,7 +30,6 @@ from tests.support.runtime import Http, local_runtime
 
 TENANT = {"tenantId": "acme"}
 POOL = {**TENANT, "poolId": "gpu"}
-CRL_ROUTE = "/crl/{caId}"
 
 
 @pytest.fixture
@@ -63,34 +64,6 @@ def admitted(token: str, directory: Path) -> dict[str, Any]:
     (directory / "machine.crt").write_text(reply.body["certificate"])
     (directory / "ca.crt").write_text(reply.body["caCertificates"])
     return dict(reply.body)
-
-
-def crl_url_of(certificate_pem: str) -> str:
-    certificate = x509.load_pem_x509_certificate(certificate_pem.encode())
-    points = certificate.extensions.get_extension_for_class(x509.CRLDistributionPoints).value
-    (point,) = points
-    assert point.full_name is not None
-    (name,) = point.full_name
-    return str(name.value)
-
-
-def get(path: str) -> dict[str, Any]:
-    """GET `path` as API Gateway delivers `GET /crl/{caId}`: no authorizer, the route's parameters."""
-    event = http_event(path, b"")
-    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {CRL_ROUTE}"
-    event["requestContext"]["http"]["method"] = "GET"
-    event["pathParameters"] = {"caId": path.rsplit("/", 1)[1]}
-    return route_handler(CRL_ROUTE, "GET")(event, LambdaContext())
-
-
-def fetched_crl(certificate_pem: str, directory: Path) -> Path:
-    """The CRL the certificate's distribution point names, fetched and written as PEM (crl.pem)."""
-    answer = get(urlsplit(crl_url_of(certificate_pem)).path)
-    assert answer["statusCode"] == 200, answer
-    assert answer["headers"]["content-type"] == "application/pkix-crl" and answer["isBase64Encoded"]
-    (directory / "crl.der").write_bytes(base64.b64decode(answer["body"]))
-    openssl("crl", "-inform", "DER", "-in", str(directory / "crl.der"), "-out", str(directory / "crl.pem"))
-    return directory / "crl.pem"
 
 
 def verify_with_crl(directory: Path, crl_pem: Path) -> Any:
@@ -182,6 +155,86 @@ def test_a_key_rotating_renewal_puts_the_old_certificate_on_the_crl_as_supersede
     (fresh / "ca.crt").write_text(renewed.body["caCertificates"])
     result = verify_with_crl(fresh, crl_pem)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def renew_same_key(machine: dict[str, Any], directory: Path, *, at_clock: bool = False) -> Any:
+    """A renewal that keeps the machine's key (a new CSR for the same key, signed by it); its proof
+    made at the process's clock (`at_clock`, when a test moved it) or, by default, strictly later
+    than the previous proof."""
+    csr = openssl("req", "-new", "-key", str(directory / "key.pem"), "-subj", "/CN=m").stdout
+    raw = json.dumps({"machineToken": machine["machineToken"], "csr": csr}).encode()
+    proof = sign_proof(
+        directory / "key.pem",
+        purpose="renew",
+        credential=machine["machineToken"],
+        body=raw,
+        timestamp_ms=int(clock.epoch() * 1000) if at_clock else None,
+    )
+    return join(None, raw=raw, proof=proof, path="/machines/renew")
+
+
+def test_a_revocation_lists_every_certificate_the_machine_holds_that_still_verifies(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given a machine that renewed twice with the same key: three certificates, all still valid
+    directory = tmp_path / "m"
+    machine = admitted(token, directory)
+    certificates = [machine["certificate"]]
+    for _ in range(2):
+        renewed = renew_same_key(machine, directory)
+        assert renewed.status == 200, renewed.body
+        certificates.append(renewed.body["certificate"])
+    # When the machine is revoked
+    revoke(admin_key, machine)
+    # Then its CA's CRL lists all three: openssl refuses each one
+    crl_pem = fetched_crl(certificates[-1], directory)
+    for index, certificate in enumerate(certificates):
+        (directory / "machine.crt").write_text(certificate)
+        result = verify_with_crl(directory, crl_pem)
+        assert "certificate revoked" in result.stdout + result.stderr, index
+
+
+def test_concurrent_same_key_renewals_then_a_revocation_leave_no_certificate_off_the_crl(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given machines each renewed by eight renewals with the same key released together (each
+    # proof newer than the last, so those committed out of order are refused as replays; rounds
+    # until two or more renewals of one machine both got a certificate)
+    most = 0
+    for round_ in range(4):
+        directory = tmp_path / f"m{round_}"
+        machine = admitted(token, directory)
+        replies = release_together(lambda _: renew_same_key(machine, directory), 8)  # noqa: B023
+        issued = [machine["certificate"]] + [r.body["certificate"] for r in replies if r.status == 200]
+        most = max(most, len(issued) - 1)
+        # When the machine is revoked, every certificate it was given is on the CRL
+        revoke(admin_key, machine)
+        crl_pem = fetched_crl(issued[-1], directory)
+        listed = {format(c.serial_number, "x") for c in x509.load_pem_x509_crl(crl_pem.read_bytes())}
+        serials = {format(x509.load_pem_x509_certificate(c.encode()).serial_number, "x") for c in issued}
+        assert serials <= listed, round_
+        if most >= 2:
+            break
+    assert most >= 2
+
+
+def test_a_machine_may_hold_at_most_sixteen_valid_certificates(token: str, tmp_path: Path) -> None:
+    from joinplane.dal import machines as machines_db
+
+    # Given a machine that renewed until it holds the most certificates that may verify at once
+    directory = tmp_path / "m"
+    machine = admitted(token, directory)
+    for _ in range(machines_db.MAX_VALID_CERTIFICATES - 1):
+        assert renew_same_key(machine, directory).status == 200
+    # When it asks for one more, it is refused and told when it may renew
+    refused = renew_same_key(machine, directory)
+    assert refused.status == 400 and "when the oldest expires" in refused.body["message"], refused.body
+    # And once the oldest has expired it renews again
+    clock.advance(2 * 86400)
+    try:
+        assert renew_same_key(machine, directory, at_clock=True).status == 200
+    finally:
+        container.reset(keep_clients=True)
 
 
 @pytest.mark.parametrize(

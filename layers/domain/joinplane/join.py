@@ -400,6 +400,8 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             certificate_serial=cert.serial or None,
             certificate_expires_at=cert.expires_at or None,
             certificate_ca_id=cert.ca_id or None,
+            # The same key keeps its earlier certificates valid: tracked, so a revocation lists them.
+            earlier_certificates=machines.replaced_certificates(machine),
             facts=machines.facts_of(attempt.request),
             schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
             worker_image_baseline=baseline,
@@ -594,9 +596,10 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
                 certificate_expires_at=cert.expires_at,
                 certificate_ca_id=cert.ca_id,
                 new_identity=new_identity,
-                # The replaced key may be compromised (the usual reason to rotate): its certificate
-                # goes on the CRL. A renewal that keeps the key leaves the old certificate valid.
-                superseded=machines.superseded_certificate(machine, now) if rotating else None,
+                # The replaced key may be compromised (the usual reason to rotate): its certificates
+                # go on the CRL. A renewal that keeps the key leaves them valid, and tracked.
+                earlier=() if rotating else machines.replaced_certificates(machine),
+                superseded=machines.superseded_certificates(machine, now) if rotating else (),
                 proof_ms=proof_ms,
                 pool=pool,
                 now=now,
@@ -611,6 +614,11 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
                 )
             case joins_db.MachineChanged():
                 raise join_decide.renewal_machine_lost()
+            case joins_db.CertificateChanged():
+                # A concurrent renewal of this machine won: renew on top of it (with the key read).
+                machine = machines.authenticate(machine_token)
+                if (csr.public_key_sha256 != machine.identity) != rotating:
+                    raise Aborted("the machine's key changed while renewing; retry")
             case joins_db.IdentityMoved(current_record):
                 raise join_decide.renewal_identity_lost(machine, current_record)
             case joins_db.KeyTaken():

@@ -8,7 +8,6 @@ The records (Machine, the join Identity, HardwareClaim) and their keys are in
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -16,8 +15,15 @@ from pydantic import BaseModel, Field
 from joinplane import clock, credentials, errors, observe
 from joinplane.dal import machines as machines_db
 from joinplane.dal import revocations
-from joinplane.dal.machines import HardwareFacts, Machine, MachineFacts, PreflightCheck, TpmFacts
-from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
+from joinplane.dal.machines import (
+    HardwareFacts,
+    IssuedCertificate,
+    Machine,
+    MachineFacts,
+    PreflightCheck,
+    TpmFacts,
+)
+from joinplane.errors import Aborted, FailedPrecondition, NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
 
@@ -164,41 +170,60 @@ def list_machines(principal: Principal, request: ListMachines) -> views.MachineL
 def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     """Ban the machine: its token and re-joins stop working, its hardware ids are released. The
     identity record keeps pointing at the revoked machine, so the same key cannot join again."""
-    machine = _load(principal, request.tenantId, request.machineId, WRITE)
-    if not machine.active:
-        return view(machine)
-    now = clock.rfc3339(clock.now())
-    certificate = _certificate_listed(machine, now, "unspecified")
-    if machines_db.revoke(
-        machine, by=principal.key_id, reason=request.reason or "", now=now, certificate=certificate
-    ):
-        observe.decision(
-            "machine revoked",
-            "Revocations",
-            "revoked",
-            tenantId=machine.tenant_id,
-            poolId=machine.pool_id,
-            machineId=machine.machine_id,
+    from joinplane.deadline import attempts
+
+    for _ in attempts(4, exhausted=Aborted("the machine kept changing while revoking; retry")):
+        machine = _load(principal, request.tenantId, request.machineId, WRITE)
+        if not machine.active:
+            # Revoked concurrently (or before): answer with what is stored.
+            return view(machine)
+        now = clock.rfc3339(clock.now())
+        # Every certificate of the machine that still verifies: the current one and those a renewal
+        # or re-join that kept the key replaced.
+        certificates = _listed(machine, now, "unspecified")
+        if machines_db.revoke(
+            machine, by=principal.key_id, reason=request.reason or "", now=now, certificates=certificates
+        ):
+            observe.decision(
+                "machine revoked",
+                "Revocations",
+                "revoked",
+                tenantId=machine.tenant_id,
+                poolId=machine.pool_id,
+                machineId=machine.machine_id,
+            )
+            for ca_id in dict.fromkeys(certificate.ca_id for certificate in certificates):
+                _refresh_crl(ca_id)
+            return view(_load(principal, request.tenantId, request.machineId, WRITE))
+        # Revoked, renewed or re-joined meanwhile: read it again (a new certificate must be listed).
+    raise AssertionError("unreachable: attempts() raises when exhausted")
+
+
+def superseded_certificates(machine: Machine, now: str) -> list[revocations.Revoked]:
+    """The machine's certificates that still verify, as CRL entries with reason `superseded`: a
+    renewal that changes the key replaces them all (the old key may be why it rotated)."""
+    return _listed(machine, now, "superseded")
+
+
+def replaced_certificates(machine: Machine) -> tuple[IssuedCertificate, ...]:
+    """What a renewal or re-join that keeps the key stores as the machine's earlier certificates:
+    every one that still verifies, the one being replaced included, so a revocation can list
+    them. FAILED_PRECONDITION when the machine already holds MAX_VALID_CERTIFICATES of them."""
+    valid = machine.still_valid_certificates(clock.epoch())
+    if len(valid) >= machines_db.MAX_VALID_CERTIFICATES:
+        soonest = min(c.expires_at for c in valid)
+        raise FailedPrecondition(
+            f"the machine holds {len(valid)} certificates that have not expired; "
+            f"renew again after {soonest}, when the oldest expires"
         )
-        if certificate is not None:
-            _refresh_crl(certificate.ca_id)
-    # Revoked concurrently or not, answer with what is stored now.
-    return view(_load(principal, request.tenantId, request.machineId, WRITE))
+    return tuple(valid)
 
 
-def superseded_certificate(machine: Machine, now: str) -> revocations.Revoked | None:
-    """The machine's current certificate as a CRL entry with reason `superseded` (a renewal that
-    changes the key replaces it); None when it has none, or it has expired."""
-    return _certificate_listed(machine, now, "superseded")
-
-
-def _certificate_listed(machine: Machine, now: str, reason: str) -> revocations.Revoked | None:
-    if not (machine.certificate_serial and machine.certificate_ca_id and machine.certificate_expires_at):
-        return None
-    expires = int(datetime.fromisoformat(machine.certificate_expires_at).timestamp())
-    if expires <= clock.epoch():
-        return None
-    return revocations.Revoked(machine.certificate_ca_id, machine.certificate_serial, now, reason, expires)
+def _listed(machine: Machine, now: str, reason: str) -> list[revocations.Revoked]:
+    return [
+        revocations.Revoked(c.ca_id, c.serial, now, reason, c.expires_epoch())
+        for c in machine.still_valid_certificates(clock.epoch())
+    ]
 
 
 def _refresh_crl(ca_id: str) -> None:

@@ -12,6 +12,7 @@ Every identity-record write that acts on a proof of possession also moves the re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from joinplane.dal import dynamo, revocations
@@ -19,7 +20,15 @@ from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.machines import PROOF_MARK, Claim, Identity, Machine, identity_key, machine_key
+from joinplane.dal.machines import (
+    PROOF_MARK,
+    Claim,
+    Identity,
+    IssuedCertificate,
+    Machine,
+    identity_key,
+    machine_key,
+)
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import JoinToken
@@ -76,7 +85,13 @@ class NotRecorded(Exception):
 FreshOutcome = Committed | IdentityTaken | TokenSpent | PoolChanged | ClaimsHeld
 ConsumeOutcome = Committed | RequestChanged | IdentityMoved | PoolChanged | ClaimsHeld
 RejoinOutcome = Committed | MachineChanged | IdentityMoved | PoolChanged | ClaimsHeld
-RenewOutcome = Committed | MachineChanged | IdentityMoved | KeyTaken | PoolChanged
+
+
+class CertificateChanged(NamedTuple):
+    """A renewal: the machine is as read but its certificate is not (a concurrent renewal won)."""
+
+
+RenewOutcome = Committed | MachineChanged | CertificateChanged | IdentityMoved | KeyTaken | PoolChanged
 
 
 def _marked(write: dynamo.Write, proof_ms: int | None) -> dynamo.Write:
@@ -246,7 +261,7 @@ def rejoin(
             update=(
                 "SET machineTokenSha256 = :digest, tokenGeneration = tokenGeneration + :one, "
                 "certificateSerial = :serial, certificateExpiresAt = :expires, certificateCaId = :ca, "
-                "rejoinedAt = :now, "
+                "earlierCertificates = :earlier, rejoinedAt = :now, "
                 "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline, "
                 "claims = :claims"
             ),
@@ -258,6 +273,7 @@ def rejoin(
                 ":serial": after.certificate_serial,
                 ":expires": after.certificate_expires_at,
                 ":ca": after.certificate_ca_id,
+                ":earlier": [c.to_item() for c in after.earlier_certificates],
                 ":now": now,
                 ":facts": after.facts.to_item(),
                 ":schedulable": after.schedulable,
@@ -311,33 +327,45 @@ def renew(
     certificate_expires_at: str,
     certificate_ca_id: str,
     new_identity: Identity | None,
-    superseded: revocations.Revoked | None = None,
+    earlier: Sequence[IssuedCertificate] = (),
+    superseded: Sequence[revocations.Revoked] = (),
     proof_ms: int,
     pool: Pool,
     now: str,
 ) -> RenewOutcome:
     """A machine's new certificate, for its key `identity`: the machine while active with the token
     read, the pool as read (the certificate's lifetime is the pool's), the current key's record's
-    proof mark moved. When the key changes (`new_identity`), the current key's record is retired so
-    it can never join again, and the new key's record is created in the same transaction, which
-    also lists the certificate it replaces (`superseded`) on its CA's CRL."""
+    proof mark moved. The machine's current certificate must still be the one read
+    (CertificateChanged: a concurrent renewal won, read again), so `earlier` (the certificates of
+    this key that still verify, the replaced one included) never misses one. When the key changes
+    (`new_identity`), the current key's record is retired so it can never join again, and the new
+    key's record is created in the same transaction, which also lists the certificates it replaces
+    (`superseded`) on their CAs' CRLs."""
     rotating = new_identity is not None
+    values = {
+        ":serial": certificate_serial,
+        ":expires": certificate_expires_at,
+        ":ca": certificate_ca_id,
+        ":identity": identity,
+        ":earlier": [c.to_item() for c in earlier],
+        ":active": "active",
+        ":digest": machine.machine_token_sha256,
+    }
+    condition = "#state = :active AND machineTokenSha256 = :digest AND "
+    if machine.certificate_serial is None:
+        condition += "attribute_not_exists(certificateSerial)"
+    else:
+        condition += "certificateSerial = :read"
+        values[":read"] = machine.certificate_serial
     writes = [
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
             update="SET certificateSerial = :serial, certificateExpiresAt = :expires, "
-            "certificateCaId = :ca, #identity = :identity",
-            condition="#state = :active AND machineTokenSha256 = :digest",
+            "certificateCaId = :ca, #identity = :identity, earlierCertificates = :earlier",
+            condition=condition,
             names={"#state": "state", "#identity": "identity"},
-            values={
-                ":serial": certificate_serial,
-                ":expires": certificate_expires_at,
-                ":ca": certificate_ca_id,
-                ":identity": identity,
-                ":active": "active",
-                ":digest": machine.machine_token_sha256,
-            },
+            values=values,
             name="machine",
         ),
         pools_db.is_current(pool),
@@ -359,12 +387,18 @@ def renew(
                 "Put", item=new_identity.to_item(), condition="attribute_not_exists(pk)", name="new-identity"
             )
         )
-    if superseded is not None:
-        writes.append(revocations.revoked_write(superseded))
+    writes += [revocations.revoked_write(certificate) for certificate in superseded]
     try:
         dynamo.transact(writes)
     except dynamo.TransactionCanceled as cancelled:
         if cancelled.lost("machine"):
+            now_item = cancelled.current_of("machine")
+            if (
+                now_item is not None
+                and now_item.get("state") == "active"
+                and now_item.get("machineTokenSha256") == machine.machine_token_sha256
+            ):
+                return CertificateChanged()
             return MachineChanged()
         if cancelled.lost("identity"):
             return IdentityMoved(_identity(cancelled))

@@ -16,6 +16,7 @@ The transactions that create and change these during joins live in `joinplane.da
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from joinplane.dal import dynamo, items, revocations
@@ -182,6 +183,7 @@ ATTRIBUTES = {
     "certificate_serial": "certificateSerial",
     "certificate_expires_at": "certificateExpiresAt",
     "certificate_ca_id": "certificateCaId",
+    "earlier_certificates": "earlierCertificates",
     "joined_at": "joinedAt",
     "rejoined_at": "rejoinedAt",
     "revoked_at": "revokedAt",
@@ -198,6 +200,33 @@ REQUIRED = (
     "machine_token_sha256",
     "joined_at",
 )
+
+
+# A machine renews at about two thirds of its certificate's lifetime, so it holds one or two
+# unexpired certificates at a time. A machine that asks for more than this many within one lifetime
+# is refused until the oldest expires: every certificate that still verifies stays listable on the
+# CRL, and a revocation stays one transaction.
+MAX_VALID_CERTIFICATES = 16
+
+
+class IssuedCertificate(NamedTuple):
+    """A machine certificate as its CRL needs it: serial (lower-case hex), issuing CA, expiry."""
+
+    serial: str
+    ca_id: str
+    expires_at: str  # RFC 3339
+
+    @classmethod
+    def from_item(cls, item: Item) -> IssuedCertificate:
+        return cls(str(item["serial"]), str(item["caId"]), str(item["expiresAt"]))
+
+    def to_item(self) -> Item:
+        return {"serial": self.serial, "caId": self.ca_id, "expiresAt": self.expires_at}
+
+    def expires_epoch(self) -> int:
+        from datetime import datetime
+
+        return int(datetime.fromisoformat(self.expires_at).timestamp())
 
 
 class Machine(NamedTuple):
@@ -219,6 +248,9 @@ class Machine(NamedTuple):
     certificate_serial: str | None = None
     certificate_expires_at: str | None = None
     certificate_ca_id: str | None = None  # the CA that signed the current certificate (its CRL)
+    # Certificates of this key that a renewal or re-join replaced and that have not expired: they
+    # still verify, so a revocation lists them too (see `still_valid_certificates`).
+    earlier_certificates: tuple[IssuedCertificate, ...] = ()
     rejoined_at: str | None = None
     revoked_at: str | None = None
     revoked_by: str | None = None
@@ -227,6 +259,16 @@ class Machine(NamedTuple):
     @property
     def active(self) -> bool:
         return self.state == "active"
+
+    def still_valid_certificates(self, now_epoch: float) -> list[IssuedCertificate]:
+        """Every certificate issued to the machine that has not expired: the earlier ones, then the
+        current one."""
+        current = (
+            [IssuedCertificate(self.certificate_serial, self.certificate_ca_id, self.certificate_expires_at)]
+            if self.certificate_serial and self.certificate_ca_id and self.certificate_expires_at
+            else []
+        )
+        return [c for c in (*self.earlier_certificates, *current) if c.expires_epoch() > now_epoch]
 
     @classmethod
     def from_item(cls, item: Item) -> Machine:
@@ -239,6 +281,9 @@ class Machine(NamedTuple):
                 "schedulable": bool(schedulable) if schedulable is not None else True,
                 "facts": MachineFacts.from_item(stored["facts"] or {}),
                 "claims": tuple((str(k), str(v)) for k, v in stored["claims"] or []),
+                "earlier_certificates": tuple(
+                    IssuedCertificate.from_item(entry) for entry in stored["earlier_certificates"] or []
+                ),
             }
         )
 
@@ -251,7 +296,12 @@ class Machine(NamedTuple):
             "gsi1sk": self.machine_id,
             **items.write(
                 ATTRIBUTES,
-                self._asdict() | {"facts": self.facts.to_item(), "claims": [list(c) for c in self.claims]},
+                self._asdict()
+                | {
+                    "facts": self.facts.to_item(),
+                    "claims": [list(c) for c in self.claims],
+                    "earlier_certificates": [c.to_item() for c in self.earlier_certificates] or None,
+                },
             ),
         }
 
@@ -396,19 +446,32 @@ def list_in_pool(tenant_id: str, pool_id: str, *, after: str | None, limit: int)
 
 
 def revoke(
-    machine: Machine, *, by: str, reason: str, now: str, certificate: revocations.Revoked | None = None
+    machine: Machine, *, by: str, reason: str, now: str, certificates: Sequence[revocations.Revoked] = ()
 ) -> bool:
     """Revoke an active machine and release its hardware claims, in one transaction, which also
-    lists its current `certificate` as revoked for its CA's CRL. False when it was revoked
-    concurrently (the caller reads what won)."""
+    lists its `certificates` (every one that still verifies) as revoked for their CAs' CRLs. The
+    machine's certificate must still be the one read, so none is missed. False when it was
+    revoked or renewed concurrently (the caller reads what won)."""
     writes = [
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason",
-            condition="#state = :active",
+            condition="#state = :active AND "
+            + (
+                "certificateSerial = :serial"
+                if machine.certificate_serial
+                else "attribute_not_exists(certificateSerial)"
+            ),
             names={"#state": "state"},
-            values={":revoked": "revoked", ":active": "active", ":now": now, ":by": by, ":reason": reason},
+            values={
+                ":revoked": "revoked",
+                ":active": "active",
+                ":now": now,
+                ":by": by,
+                ":reason": reason,
+                **({":serial": machine.certificate_serial} if machine.certificate_serial else {}),
+            },
             name="machine",
         ),
         *(
@@ -422,7 +485,7 @@ def revoke(
             )
             for kind, value in machine.claims
         ),
-        *([revocations.revoked_write(certificate)] if certificate is not None else []),
+        *(revocations.revoked_write(certificate) for certificate in certificates),
     ]
     with contextlib.suppress(dynamo.TransactionCanceled):
         dynamo.transact(writes)
