@@ -10,7 +10,7 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot
 
 setup: $(STAMP) tools
 
@@ -21,9 +21,25 @@ $(STAMP): requirements-dev.txt pyproject.toml cli/pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./cli
 	touch $(STAMP)
 
-# Debian tools the tests drive as a real client would (openssl makes CSRs and verifies chains).
-tools:
+# axe-core, the accessibility engine tests/console runs in the page: pinned by its package-lock.json,
+# taken from npm's cache when it is there.
+AXE_STAMP := tests/console/node_modules/.installed-stamp
+
+# Debian tools the tests drive as a real client would (openssl makes CSRs and verifies chains;
+# chromium shows the operator console to tests/console, through playwright's Python API, which
+# never downloads a browser of its own).
+tools: $(AXE_STAMP)
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+$(AXE_STAMP): tests/console/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq npm; }
+	npm ci --prefix tests/console --prefer-offline --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+# docs/console-queue.png, the README's picture of the approval queue, taken by the queue's browser test.
+console-screenshot: setup
+	JOINPLANE_CONSOLE_SCREENSHOT=$(abspath docs/console-queue.png) $(BIN)/pytest tests/console/test_console_browser.py -k two_pools
 
 run: setup
 	@echo "The joinplane command is $(abspath $(BIN))/joinplane: put it on PATH with"
