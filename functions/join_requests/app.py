@@ -1,4 +1,4 @@
-"""POST /api/compute/joinRequests/{list,approve,reject} (seed 001)"""
+"""POST /api/compute/joinRequests/{list,get,approve,reject} (seed 001, plus get)"""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ routes = operator_api.router("JoinRequestsFunction")
 @routes.operation("joinRequests.list")
 def list_requests(request: HttpRequest) -> views.JoinRequestList:
     return join_requests.list_requests(*operator_api.parse(request, join_requests.ListJoinRequests))
+
+
+@routes.operation("joinRequests.get")
+def get(request: HttpRequest) -> views.JoinRequest:
+    return join_requests.get(*operator_api.parse(request, join_requests.GetJoinRequest))
 
 
 @routes.operation("joinRequests.approve")

@@ -166,20 +166,36 @@ DOCS: dict[str, Doc] = {
     ),
     "joinRequests.list": Doc(
         "List join requests",
-        "The requests a pool can decide: its own, and its site's that no pool has claimed. A "
-        "pending or approved request past its expiry reads as `expired`.",
-        {"tenantId": "dev", "poolId": "dev-pool", "state": "pending"},
+        "With `poolId`: the requests that pool can decide, its own and its site's that no pool has "
+        "claimed. Without: the queue across pools, every request of every pool of the tenant the key "
+        "may read (`compute:join-tokens:read`) and the unclaimed requests of those pools' sites, each "
+        "once; each item names its `poolId` (null while unclaimed) and `siteId`. Oldest first "
+        "(by requestId); a pending or approved request past its expiry reads as `expired`.",
+        {"tenantId": "dev", "state": "pending", "limit": 50},
+    ),
+    "joinRequests.get": Doc(
+        "Get a join request",
+        "One request by its id. Without `poolId` it is read through its own pool, or, while no pool "
+        "has claimed it, through an active pool of its site the key may read; `NOT_FOUND` when the "
+        "key sees neither.",
+        {"tenantId": "dev", "requestId": EXAMPLE_REQUEST_ID},
     ),
     "joinRequests.approve": Doc(
         "Approve a join request",
         "Assigns it to the pool with a new expiry of `ttlSeconds`; the machine's retry with the "
-        "same key consumes it. Approving again for this pool returns the approval unchanged.",
+        "same key consumes it. Approving again for this pool returns the approval unchanged. "
+        "`poolId` may be left out for a request a pool has already claimed (it is decided against "
+        "that pool); a site's unclaimed request needs it, since approving claims it for that pool "
+        "(`INVALID_ARGUMENT` on `poolId` otherwise, its detail listing the pools the key may choose).",
         {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "rack 7"},
     ),
     "joinRequests.reject": Doc(
         "Reject a join request",
-        "Rejects a pending request or withdraws an unused approval; rejecting again changes nothing.",
-        {"tenantId": "dev", "poolId": "dev-pool", "requestId": EXAMPLE_REQUEST_ID, "reason": "unknown box"},
+        "Rejects a pending request or withdraws an unused approval; rejecting again changes nothing. "
+        "Without `poolId` the request is decided against its own pool, or, unclaimed, against any "
+        "active pool of its site on which the key holds `compute:join-tokens:create`; it stays "
+        "unclaimed.",
+        {"tenantId": "dev", "requestId": EXAMPLE_REQUEST_ID, "reason": "unknown box"},
     ),
     "machines.list": Doc(
         "List machines",

@@ -6,20 +6,24 @@ Stored as `joinplane.dal.requests.JoinRequest`. States `pending → approved →
 to run for expiry to hold.
 
 Listed per pool (and per site, for the unclaimed ones) by stored state, so a page of one state
-costs the same however many requests of other states or pools exist.
+costs the same however many requests of other states or pools exist. Without a `poolId`, a listing
+merges the partitions of every pool the key may read (and of those pools' sites), and `get`,
+`approve` and `reject` find the request by its id and check the key against the request's own pool
+(docs/join.md, "The approval queue across pools").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from joinplane import clock, deadline, errors, ids, observe, pools
+from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
-from joinplane.errors import Aborted, InvalidState, NotFound
+from joinplane.errors import Aborted, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
 
@@ -70,11 +74,19 @@ DECIDE = "compute:join-tokens:create"
 READ = "compute:join-tokens:read"
 
 
-class DecideJoinRequest(BaseModel):
+# `poolId` is seed 001's required field; Joinplane also takes a request without it (or null): the
+# request is then found by its id and decided against its own pool (see `_resolve`).
+OPTIONAL_POOL_ID = Field(default=None, max_length=128, pattern=POOL_ID)
+
+
+class GetJoinRequest(BaseModel):
     model_config = STRICT
     tenantId: str = Field(max_length=128, pattern=TENANT_ID)
-    poolId: str = Field(max_length=128, pattern=POOL_ID)
+    poolId: str | None = OPTIONAL_POOL_ID
     requestId: str = Field(max_length=64, pattern=REQUEST_ID)
+
+
+class DecideJoinRequest(GetJoinRequest):
     reason: str | None = Field(default=None, max_length=256, pattern=REASON)
 
 
@@ -102,11 +114,77 @@ def _visible(pool: Pool, request_id: str) -> JoinRequest:
     return found
 
 
+def _tenant_pools(tenant_id: str) -> list[Pool]:
+    """Every pool of the tenant, in poolId order: the tenant's pool listing, 200 a Query."""
+    found: list[Pool] = []
+    after: str | None = None
+    while True:
+        page = pools_db.list_pools(tenant_id, after=after, limit=200)
+        found += page.pools
+        if page.complete or not page.pools:
+            return found
+        after = page.pools[-1].pool_id
+
+
+class Reached(NamedTuple):
+    """A join request found for a key, and the pool it is acted on through."""
+
+    request: JoinRequest
+    pool: Pool | None  # None: a site's unclaimed request, named without a poolId
+    through: tuple[Pool, ...]  # the pools the key may act through (one, unless the request is unclaimed)
+
+
+def _reach(
+    principal: Principal, tenant_id: str, request_id: str, pool_id: str | None, permission: str
+) -> Reached:
+    """The request and the pool(s) the key acts on it through, with `permission`.
+
+    With a `poolId`, as seed 001 has it: the pool is loaded with `permission` and the request must be
+    one it can decide (`_visible`). Without one, the request is found by its id: a claimed request is
+    checked against its own pool exactly as `pools.load` checks a pool (NOT_FOUND out of the key's
+    sight, PERMISSION_DENIED when seen without `permission`); an unclaimed one against the active
+    pools of its site, the windows onto its site's queue (`_acts_for_site`): NOT_FOUND when the key
+    sees none, PERMISSION_DENIED when it holds `permission` on none."""
+    if pool_id is not None:
+        pool = pools.load(principal, tenant_id, pool_id, permission)
+        return Reached(_visible(pool, request_id), pool, (pool,))
+    principal.check_tenant(tenant_id)
+    found = requests_db.get(request_id)
+    if found is None or found.tenant_id != tenant_id:
+        raise NotFound("join request not found")
+    if found.pool_id is not None:
+        owner = pools_db.get(tenant_id, found.pool_id)
+        candidates = [owner] if owner is not None else []
+    else:
+        candidates = [p for p in _tenant_pools(tenant_id) if p.site_id == found.site_id and _acts_for_site(p)]
+    seen = [p for p in candidates if principal.sees(pools.resource_of(p))]
+    if not seen:
+        raise NotFound("join request not found")
+    through = tuple(p for p in seen if principal.can(permission, pools.resource_of(p)))
+    if not through:
+        raise PermissionDenied(f"this API key lacks {permission} for this join request's pool")
+    return Reached(found, through[0] if found.pool_id is not None else None, through)
+
+
+def get(principal: Principal, request: GetJoinRequest) -> views.JoinRequest:
+    """One request, by its id: through the named pool, or (no `poolId`) through its own pool or, while
+    unclaimed, an active pool of its site that the key may read."""
+    return view(_reach(principal, request.tenantId, request.requestId, request.poolId, READ).request)
+
+
 def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequest:
     """pending → approved, claiming a site request for this pool, in one conditional write. An
     approval already made for this pool is returned unchanged (and publishes nothing)."""
-    pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
-    found = _visible(pool, request.requestId)
+    found, pool, through = _reach(principal, request.tenantId, request.requestId, request.poolId, DECIDE)
+    if pool is None:
+        # Approving claims a site's request for one pool: which one is the operator's choice, never
+        # a guess (a pool added later must not change what the same call does).
+        names = [p.pool_id for p in through]
+        raise InvalidArgument(
+            "invalid request: poolId: this join request is its site's and no pool has claimed it; "
+            f"approving claims it for a pool, so name one: {', '.join(names)}",
+            [{"field": "poolId", "reason": "required to approve a site's unclaimed request", "pools": names}],
+        )
     state = state_now(found)
     if state == "approved" and found.pool_id == pool.pool_id:
         return view(found)
@@ -159,8 +237,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
     retry with that CSR is refused (7)."""
     changing = Aborted("the join request kept changing while being rejected; retry")
     for _ in deadline.attempts(3, exhausted=changing):
-        pool = pools.load(principal, request.tenantId, request.poolId, DECIDE)
-        found = _visible(pool, request.requestId)
+        found, pool, _ = _reach(principal, request.tenantId, request.requestId, request.poolId, DECIDE)
         state = state_now(found)
         if state == "rejected":
             return view(found)
@@ -182,7 +259,9 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
             )
         except requests_db.RequestLost as lost:
             current = lost.current
-            if current is not None and current.pool_id not in (None, pool.pool_id):
+            if pool is None and current is not None and current.pool_id != found.pool_id:
+                continue  # claimed meanwhile: decide again, against the pool that claimed it
+            if pool is not None and current is not None and current.pool_id not in (None, pool.pool_id):
                 raise NotFound("join request not found") from None  # claimed by another pool meanwhile
             if current is not None and current.state == "rejected":
                 return view(current)
@@ -197,8 +276,9 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
             "join request rejected",
             "RequestDecisions",
             "rejected",
-            tenantId=pool.tenant_id,
-            poolId=pool.pool_id,
+            tenantId=found.tenant_id,
+            poolId=pool.pool_id if pool is not None else written.pool_id,
+            siteId=written.site_id,
             requestId=request.requestId,
         )
         return view(written)
@@ -208,7 +288,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
 class ListJoinRequests(BaseModel):
     model_config = STRICT
     tenantId: str = Field(max_length=128, pattern=TENANT_ID)
-    poolId: str = Field(max_length=128, pattern=POOL_ID)
+    poolId: str | None = OPTIONAL_POOL_ID
     state: str = Field(default="pending", pattern="^(pending|approved|rejected|expired|consumed|all)$")
     limit: int = Field(default=100, ge=1, le=200)
     cursor: str | None = Field(default=None, max_length=64, pattern=REQUEST_ID)
@@ -223,44 +303,66 @@ _SOURCES = {
     "expired": ("expired", "pending", "approved"),
     "all": ("pending", "approved", "rejected", "consumed", "expired"),
 }
-# Rounds one page may spend: each round is one Query per source partition (2 owners x the stored
-# states in _SOURCES), so a page costs at most 3 x 2 x |sources| Queries: 6 for one state, 18 for
-# `expired`, 30 for `all`. A page comes back short only when the rounds run out, and then carries a
-# nextCursor (the last request examined) so the caller goes on where it stopped.
+# Rounds one page may spend: each round is one Query per open source partition (owners x the stored
+# states in _SOURCES; a pool's listing has 2 owners, the pool and its site), so a pool's page costs
+# at most 3 x 2 x |sources| Queries: 6 for one state, 18 for `expired`, 30 for `all`; a listing
+# across pools multiplies by the owners it reads instead of 2. A page comes back short only when the
+# rounds run out, and then carries a nextCursor (the last request examined) so the caller goes on
+# where it stopped.
 MAX_ROUNDS = 3
+
+# Who a listing partition belongs to: (siteId, poolId), poolId None for the site's unclaimed requests.
+Owner = tuple[str, str | None]
+
+
+def _owners(principal: Principal, request: ListJoinRequests) -> tuple[str, list[Owner]]:
+    """The tenant and the partitions' owners a listing reads. A pool: itself and, while active, its
+    site. No pool: every pool of the tenant the key may read, and the sites of the active ones."""
+    if request.poolId is not None:
+        pool = pools.load(principal, request.tenantId, request.poolId, READ)
+        owners: list[Owner] = [(pool.site_id, pool.pool_id)]
+        if _acts_for_site(pool):
+            owners.append((pool.site_id, None))
+        return pool.tenant_id, owners
+    principal.check_tenant(request.tenantId)
+    readable = [p for p in _tenant_pools(request.tenantId) if principal.can(READ, pools.resource_of(p))]
+    sites = sorted({p.site_id for p in readable if _acts_for_site(p)})
+    return request.tenantId, [(p.site_id, p.pool_id) for p in readable] + [(site, None) for site in sites]
 
 
 def list_requests(principal: Principal, request: ListJoinRequests) -> views.JoinRequestList:
-    """The pool's own requests and its site's unclaimed ones, oldest first, by state as read now.
+    """A pool's own requests and its site's unclaimed ones, or (no `poolId`) those of every pool the
+    key may read, oldest first, by state as read now, each once.
 
-    Every source partition (pool or site x stored state) is read after the cursor and the results
-    merged by requestId up to the point every partition is known complete, so a page of 100 costs
-    the same however many requests other pools and other states hold. Stored `pending` and
-    `approved` partitions are filtered on read (a request past its expiry reads `expired`)."""
-    pool = pools.load(principal, request.tenantId, request.poolId, READ)
-    owners = (pool.pool_id, None) if _acts_for_site(pool) else (pool.pool_id,)
-    open_sources = [(pool_id, state) for pool_id in owners for state in _SOURCES[request.state]]
+    Every source partition (owner x stored state) is read after the cursor and the results merged by
+    requestId up to the point every partition is known complete, so a page of 100 costs the same
+    however many requests other pools and other states hold. Stored `pending` and `approved`
+    partitions are filtered on read (a request past its expiry reads `expired`)."""
+    tenant_id, owners = _owners(principal, request)
+    shown_owners = set(owners)
+    open_sources = [(owner, state) for owner in owners for state in _SOURCES[request.state]]
     cursor = request.cursor
     matching: list[JoinRequest] = []
     for _ in range(MAX_ROUNDS):
-        found: list[JoinRequest] = []
+        found: dict[str, JoinRequest] = {}  # by id: a request moving partitions mid-round shows once
         bound: str | None = None  # every source still open is complete up to here
-        for pool_id, state in list(open_sources):
+        for (site_id, pool_id), state in list(open_sources):
             page = requests_db.list_partition_page(
-                pool.tenant_id, pool.site_id, pool_id, state, after=cursor, limit=request.limit + 1
+                tenant_id, site_id, pool_id, state, after=cursor, limit=request.limit + 1
             )
-            found += page.requests
+            for listed in page.requests:
+                found.setdefault(listed.request_id, listed)
             if page.complete:
-                open_sources.remove((pool_id, state))
+                open_sources.remove(((site_id, pool_id), state))
             elif page.requests:
                 last = page.requests[-1].request_id
                 bound = last if bound is None else min(bound, last)
-        found.sort(key=lambda r: r.request_id)
-        for candidate in found:
-            if bound is not None and candidate.request_id > bound:
+        for request_id in sorted(found):
+            candidate = found[request_id]
+            if bound is not None and request_id > bound:
                 break
-            if candidate.pool_id not in (None, pool.pool_id):
-                continue  # a listing partition never holds another pool's request; never show one
+            if (candidate.site_id, candidate.pool_id) not in shown_owners:
+                continue  # a listing partition never holds another owner's request; never show one
             if request.state == "all" or state_now(candidate) == request.state:
                 matching.append(candidate)
                 if len(matching) > request.limit:

@@ -78,6 +78,12 @@ ROUTES: tuple[Route, ...] = (
     ),
     _operator(
         "JoinRequestsFunction",
+        "/api/compute/joinRequests/get",
+        "joinplane.join_requests:GetJoinRequest",
+        "JoinRequest",
+    ),
+    _operator(
+        "JoinRequestsFunction",
         "/api/compute/joinRequests/approve",
         "joinplane.join_requests:ApproveJoinRequest",
         "JoinRequest",

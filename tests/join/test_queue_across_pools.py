@@ -1,0 +1,306 @@
+"""The approval queue across pools: joinRequests/list without a poolId shows every request the key
+may read, in every pool of the tenant and in those pools' sites, each once, oldest first; get,
+approve and reject find a request by its id and check the key against the request's own pool. A
+client that sends poolId is answered exactly as before (tests/join/test_queue.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import chain
+from typing import Any
+
+import pytest
+
+from joinplane import aws, join_requests
+from tests.support import call, join, release_together
+from tests.support.table import all_items
+
+LIST, GET = "/api/compute/joinRequests/list", "/api/compute/joinRequests/get"
+APPROVE, REJECT = "/api/compute/joinRequests/approve", "/api/compute/joinRequests/reject"
+
+
+def defer(make_token, machine_factory, count: int, **token_options: Any) -> list[str]:
+    token = make_token(requireApproval=True, maxUses=count, **token_options)
+    return [
+        join({"joinToken": token["token"], "csr": machine_factory().csr}).body["joinRequest"]["requestId"]
+        for _ in range(count)
+    ]
+
+
+def make_key(admin: str, *grants: str, tenant: str = "acme") -> str:
+    reply = call("/api/compute/apiKeys/create", {"tenantId": tenant, "grants": list(grants)}, admin)
+    assert reply.status == 200, reply.body
+    return str(reply.body["key"])
+
+
+def listed(key: str, **body: Any) -> list[dict[str, Any]]:
+    """Every page of a listing, followed by its cursor."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        reply = call(LIST, {"tenantId": "acme", **body, **({"cursor": cursor} if cursor else {})}, key)
+        assert reply.status == 200, reply.body
+        items += reply.body["requests"]
+        cursor = reply.body.get("nextCursor")
+        if not cursor:
+            return items
+
+
+def stored(request_id: str) -> dict[str, Any]:
+    return next(i for i in all_items() if i["pk"] == f"JREQ#{request_id}")
+
+
+@pytest.fixture
+def queue(admin_key, make_token, machine_factory) -> dict[str, list[str]]:
+    """Pool gpu in site rack-1 (the fixture's) and pool cpu in rack-2, each with two requests of its
+    own, and one unclaimed request in each site (made with a site token)."""
+    created = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "cpu", "siteId": "rack-2", "name": "CPU", "workspaceId": "w"},
+        admin_key,
+    )
+    assert created.status == 200, created.body
+    return {
+        "gpu": defer(make_token, machine_factory, 2),
+        "rack-1": defer(make_token, machine_factory, 1, siteId="rack-1"),
+        "cpu": defer(make_token, machine_factory, 2, poolId="cpu"),
+        "rack-2": defer(make_token, machine_factory, 1, siteId="rack-2"),
+    }
+
+
+# --- the queue across pools ------------------------------------------------------------------
+
+
+def test_without_a_pool_every_request_of_every_pool_and_site_shows_once_oldest_first(
+    queue, admin_key
+) -> None:
+    # Given requests in two pools and in both their sites
+    everything = sorted(chain(*queue.values()))
+    # When the tenant's queue is listed without a pool, two at a time
+    items = listed(admin_key, limit=2)
+    # Then each request shows once, oldest first, naming its pool (null while unclaimed) and site
+    assert [r["requestId"] for r in items] == everything
+    where = {r["requestId"]: (r["poolId"], r["siteId"]) for r in items}
+    assert {where[r] for r in queue["gpu"]} == {("gpu", "rack-1")}
+    assert {where[r] for r in queue["cpu"]} == {("cpu", "rack-2")}
+    assert where[queue["rack-1"][0]] == (None, "rack-1") and where[queue["rack-2"][0]] == (None, "rack-2")
+    # And a client that sends poolId: null is answered the same
+    null = call(LIST, {"tenantId": "acme", "poolId": None, "limit": 200}, admin_key)
+    assert null.status == 200 and null.body["requests"] == items
+
+
+def test_the_state_filter_works_across_pools(queue, admin_key) -> None:
+    # Given one request of each pool decided
+    call(REJECT, {"tenantId": "acme", "requestId": queue["gpu"][0]}, admin_key)
+    call(APPROVE, {"tenantId": "acme", "requestId": queue["cpu"][0]}, admin_key)
+    # When each state is listed without a pool, Then each shows exactly its requests
+    assert [r["requestId"] for r in listed(admin_key, state="rejected")] == [queue["gpu"][0]]
+    assert [r["requestId"] for r in listed(admin_key, state="approved")] == [queue["cpu"][0]]
+    pending = sorted(queue["gpu"][1:] + queue["cpu"][1:] + queue["rack-1"] + queue["rack-2"])
+    assert [r["requestId"] for r in listed(admin_key)] == pending
+    assert len(listed(admin_key, state="all")) == 6
+
+
+@pytest.mark.parametrize(
+    ("grant", "sees"),
+    [
+        ("compute:join-tokens:read@compute-pool/cpu", ["cpu", "rack-2"]),
+        ("compute:join-tokens:read@site/rack-1", ["gpu", "rack-1"]),
+        ("compute:join-tokens:*@compute-pool/*", ["gpu", "rack-1", "cpu", "rack-2"]),
+        ("compute:pools:read@tenant", []),  # sees the pools, may not read their queues
+    ],
+)
+def test_a_key_sees_only_the_queues_its_grants_reach(queue, admin_key, grant, sees) -> None:
+    # Given a key with one grant
+    key = make_key(admin_key, grant)
+    # When it lists the queue without a pool
+    items = listed(key, state="all")
+    # Then it sees exactly the requests of the pools it may read and of those pools' sites
+    assert [r["requestId"] for r in items] == sorted(chain(*(queue[name] for name in sees)))
+
+
+def test_an_archived_pool_shows_its_own_requests_but_is_no_window_onto_its_site(
+    queue, admin_key, make_token, machine_factory
+) -> None:
+    # Given a key for pool cpu only, and cpu archived
+    key = make_key(admin_key, "compute:join-tokens:read@compute-pool/cpu")
+    assert call("/api/compute/pools/archive", {"tenantId": "acme", "poolId": "cpu"}, admin_key).status == 200
+    # When the key lists the queue, Then it sees cpu's own requests, not rack-2's unclaimed one
+    assert [r["requestId"] for r in listed(key, state="all")] == sorted(queue["cpu"])
+
+
+def test_another_tenant_is_refused_and_its_own_queue_is_empty(queue, admin_key) -> None:
+    # Given a key of tenant globex with every join-request permission in its tenant
+    key = make_key(admin_key, "compute:join-tokens:*@tenant", tenant="globex")
+    # When it asks for acme's queue, Then PERMISSION_DENIED, naming nothing of acme's
+    other = call(LIST, {"tenantId": "acme"}, key)
+    assert (other.status, other.code) == (403, "PERMISSION_DENIED")
+    assert "rack" not in str(other.body) and "jreq_" not in str(other.body)
+    # And its own tenant's queue is empty
+    assert call(LIST, {"tenantId": "globex"}, key).body == {"requests": []}
+
+
+def test_a_page_across_pools_costs_a_bounded_number_of_queries(queue, admin_key) -> None:
+    # Given 2 pools and 2 sites (4 owners), When each state is listed without a pool
+    counted: Counter[str] = Counter()
+
+    def count(event_name: str, **_: Any) -> None:
+        counted[event_name.rsplit(".", 1)[-1]] += 1
+
+    client = aws.client("dynamodb")
+    client.meta.events.register("before-call.dynamodb.*", count)
+    try:
+        for state, sources in [("pending", 1), ("expired", 3), ("all", 5)]:
+            counted.clear()
+            reply = call(LIST, {"tenantId": "acme", "state": state}, admin_key)
+            assert reply.status == 200
+            # Then the Queries are the pool listing (1) and at most rounds x owners x sources
+            assert counted["Query"] <= 1 + join_requests.MAX_ROUNDS * 4 * sources
+            assert "Scan" not in counted
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.*", count)
+
+
+# --- get, approve, reject by id alone ----------------------------------------------------------
+
+
+def test_get_finds_a_request_by_id_through_its_pool_or_its_site(queue, admin_key) -> None:
+    # Given a key for pool gpu (site rack-1)
+    key = make_key(admin_key, "compute:join-tokens:read@compute-pool/gpu")
+    # When it gets gpu's request and rack-1's unclaimed one by id alone, Then both are answered
+    for request_id, pool_id in [(queue["gpu"][0], "gpu"), (queue["rack-1"][0], None)]:
+        reply = call(GET, {"tenantId": "acme", "requestId": request_id}, key)
+        assert reply.status == 200, reply.body
+        assert (reply.body["requestId"], reply.body["poolId"], reply.body["siteId"]) == (
+            request_id,
+            pool_id,
+            "rack-1",
+        )
+    # And through the pool named, as before
+    named = call(GET, {"tenantId": "acme", "poolId": "gpu", "requestId": queue["rack-1"][0]}, key)
+    assert named.status == 200 and named.body["poolId"] is None
+
+
+def test_get_approve_reject_refuse_what_the_key_may_not_reach(queue, admin_key) -> None:
+    # Given a key that reads and decides pool gpu only, a read-only key, and a key of another tenant
+    gpu_key = make_key(admin_key, "compute:join-tokens:*@compute-pool/gpu")
+    reader = make_key(admin_key, "compute:join-tokens:read@tenant")
+    globex = make_key(admin_key, "compute:join-tokens:*@tenant", tenant="globex")
+    before = sorted(all_items(), key=lambda i: (i["pk"], i["sk"]))
+    for path in (GET, APPROVE, REJECT):
+        # When the gpu key names cpu's request or rack-2's unclaimed one, Then NOT_FOUND, naming nothing
+        for request_id in (queue["cpu"][0], queue["rack-2"][0]):
+            reply = call(path, {"tenantId": "acme", "requestId": request_id}, gpu_key)
+            assert (reply.status, reply.code) == (404, "NOT_FOUND"), (path, reply.body)
+            assert request_id not in str(reply.body) and "rack-2" not in str(reply.body)
+        # A forged id is NOT_FOUND too
+        forged = call(path, {"tenantId": "acme", "requestId": "jreq_" + "0" * 26}, admin_key)
+        assert forged.code == "NOT_FOUND"
+        # Another tenant's key: PERMISSION_DENIED naming acme, NOT_FOUND naming its own tenant
+        other = call(path, {"tenantId": "acme", "requestId": queue["gpu"][0]}, globex)
+        assert other.code == "PERMISSION_DENIED"
+        own = call(path, {"tenantId": "globex", "requestId": queue["gpu"][0]}, globex)
+        assert own.code == "NOT_FOUND"
+    # A key that may read but not decide: PERMISSION_DENIED for either decision, claimed or not
+    for path in (APPROVE, REJECT):
+        for request_id in (queue["gpu"][0], queue["rack-1"][0]):
+            denied = call(path, {"tenantId": "acme", "requestId": request_id}, reader)
+            assert (denied.status, denied.code) == (403, "PERMISSION_DENIED"), denied.body
+    # And nothing changed
+    assert sorted(all_items(), key=lambda i: (i["pk"], i["sk"])) == before
+
+
+def test_approving_by_id_decides_against_the_requests_own_pool(queue, admin_key) -> None:
+    # Given a key that decides pool cpu
+    key = make_key(admin_key, "compute:join-tokens:*@compute-pool/cpu")
+    # When it approves cpu's request without naming the pool
+    reply = call(APPROVE, {"tenantId": "acme", "requestId": queue["cpu"][0], "ttlSeconds": 600}, key)
+    # Then it is approved for cpu, in one write the table shows
+    assert reply.status == 200, reply.body
+    assert (reply.body["state"], reply.body["poolId"]) == ("approved", "cpu")
+    assert stored(queue["cpu"][0])["state"] == "approved"
+    # And approving again, with the pool named as seed 001 has it, returns the approval unchanged
+    again = call(APPROVE, {"tenantId": "acme", "poolId": "cpu", "requestId": queue["cpu"][0]}, key)
+    assert again.status == 200 and again.body == reply.body
+
+
+def test_an_unclaimed_request_needs_the_pool_to_approve_it_for(queue, admin_key) -> None:
+    # Given rack-1's unclaimed request, and a second active pool in rack-1
+    call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "gpu-b", "siteId": "rack-1", "name": "B", "workspaceId": "w"},
+        admin_key,
+    )
+    request_id = queue["rack-1"][0]
+    before = stored(request_id)
+    # When it is approved without a pool
+    reply = call(APPROVE, {"tenantId": "acme", "requestId": request_id}, admin_key)
+    # Then that is INVALID_ARGUMENT on poolId, listing the pools it could be claimed for; nothing changed
+    assert (reply.status, reply.code) == (400, "INVALID_ARGUMENT"), reply.body
+    [detail] = reply.body["error"]["details"]
+    assert detail["field"] == "poolId" and detail["pools"] == ["gpu", "gpu-b"]
+    assert stored(request_id) == before
+    # When the pool is named, Then it is claimed for that pool
+    named = call(APPROVE, {"tenantId": "acme", "poolId": "gpu-b", "requestId": request_id}, admin_key)
+    assert named.status == 200 and (named.body["state"], named.body["poolId"]) == ("approved", "gpu-b")
+    # And from then on it is that pool's: approving by id alone returns the approval
+    by_id = call(APPROVE, {"tenantId": "acme", "requestId": request_id}, admin_key)
+    assert by_id.status == 200 and by_id.body == named.body
+
+
+def test_rejecting_an_unclaimed_request_by_id_leaves_it_unclaimed(queue, admin_key) -> None:
+    # Given a key that decides pool cpu (site rack-2)
+    key = make_key(admin_key, "compute:join-tokens:*@compute-pool/cpu")
+    # When it rejects rack-2's unclaimed request and one of cpu's, by id alone
+    site = call(REJECT, {"tenantId": "acme", "requestId": queue["rack-2"][0], "reason": "unknown"}, key)
+    own = call(REJECT, {"tenantId": "acme", "requestId": queue["cpu"][0]}, key)
+    # Then both are rejected; the site's stays its site's, in the site's rejected listing
+    assert site.status == own.status == 200, (site.body, own.body)
+    assert (site.body["state"], site.body["poolId"], site.body["reason"]) == ("rejected", None, "unknown")
+    assert own.body["state"] == "rejected" and own.body["poolId"] == "cpu"
+    assert stored(queue["rack-2"][0])["gsi1pk"] == "JREQS#acme#SITE#rack-2#rejected"
+    assert [r["requestId"] for r in listed(key, state="rejected")] == sorted(
+        [queue["rack-2"][0], queue["cpu"][0]]
+    )
+
+
+def test_concurrent_rejections_by_id_write_once(queue, admin_key) -> None:
+    # Given rack-1's unclaimed request and 8 operators deciding it at once by id alone
+    request_id = queue["rack-1"][0]
+    keys = [make_key(admin_key, "compute:join-tokens:*@compute-pool/gpu") for _ in range(8)]
+    # When they all reject it together
+    results = release_together(
+        lambda i: call(REJECT, {"tenantId": "acme", "requestId": request_id}, keys[i]), 8
+    )
+    # Then every one is answered with the one rejection that was written
+    written = stored(request_id)
+    assert written["state"] == "rejected"
+    assert all(r.status == 200 for r in results), [r.body for r in results]
+    assert {r.body["decidedBy"] for r in results} == {written["decidedBy"]}
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (LIST, {"tenantId": "acme", "poolId": ""}, "poolId"),
+        (LIST, {"tenantId": "acme", "poolId": 7}, "poolId"),
+        (LIST, {"tenantId": "acme", "pools": ["gpu"]}, "pools"),
+        (LIST, {"poolId": "gpu"}, "tenantId"),
+        (GET, {"tenantId": "acme"}, "requestId"),
+        (GET, {"tenantId": "acme", "requestId": "jreq_UPPER"}, "requestId"),
+        (GET, {"tenantId": "acme", "requestId": "jreq_" + "0" * 26, "reason": "x"}, "reason"),
+        (APPROVE, {"tenantId": "acme", "requestId": "jreq_" + "0" * 26, "poolId": "-x"}, "poolId"),
+        (REJECT, {"tenantId": "acme", "requestId": "jreq_" + "0" * 26, "ttlSeconds": 60}, "ttlSeconds"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
+    pool, admin_key, path, body, field
+) -> None:
+    before = sorted(all_items(), key=lambda i: (i["pk"], i["sk"]))
+    reply = call(path, body, admin_key)
+    assert (reply.status, reply.code) == (400, "INVALID_ARGUMENT"), reply.body
+    assert reply.body["error"]["details"][0]["field"] == field
+    assert sorted(all_items(), key=lambda i: (i["pk"], i["sk"])) == before
