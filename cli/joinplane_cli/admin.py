@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from joinplane_cli import render
-from joinplane_cli.api import Client
+from joinplane_cli.api import ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.render import Column
 
@@ -135,6 +137,23 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def whoami_tenant(client: Client) -> str:
+    """The tenant of the API key in use, asked of the server: `--tenant` may be left out."""
+    try:
+        item = client.post(f"{API}/apiKeys/whoami", {}).body
+    except ApiError as failed:
+        if failed.status == 404 and not failed.enveloped:
+            raise CliError(
+                "missing --tenant (or set JOINPLANE_TENANT): this server cannot tell a key its tenant",
+                Exit.USAGE,
+            ) from None
+        raise
+    tenant = item.get("tenantId")
+    if not isinstance(tenant, str) or not tenant:
+        raise CliError("the server's answer was not an API key (no tenantId); pass --tenant")
+    return tenant
+
+
 def _when(state: Any, expires_at: Any, now: float) -> str:
     words = render.expiry(state, expires_at, now)
     return render.NONE if words == render.NONE else f"{expires_at} ({words})"
@@ -144,11 +163,14 @@ def _when(state: Any, expires_at: Any, now: float) -> str:
 
 
 def requests_list(
-    op: Operator, pool: str, state: str, limit: int | None, cursor: str | None, every: bool
+    op: Operator, pool: str | None, state: str, limit: int | None, cursor: str | None, every: bool
 ) -> Exit:
+    body: dict[str, Any] = {"state": state}
+    if pool:
+        body["poolId"] = pool
     items, next_cursor, now = op.pages(
         "joinRequests/list",
-        {"poolId": pool, "state": state},
+        body,
         "requests",
         "join request",
         limit=limit,
@@ -158,6 +180,11 @@ def requests_list(
     columns: list[Column] = [
         ("request", lambda r: r.get("requestId")),
         ("state", lambda r: r.get("state")),
+    ]
+    if not pool:
+        # Every pool the key sees: a site's unclaimed request belongs to no pool yet.
+        columns.append(("pool", lambda r: r.get("poolId") or f"site {r.get('siteId')}"))
+    columns += [
         ("host", lambda r: _object(r.get("machine")).get("hostname")),
         ("resources", lambda r: _machine_line(_object(r.get("machine")))),
         ("deferred because", lambda r: [_object(x).get("code") for x in _list(r.get("reasons"))]),
@@ -167,13 +194,44 @@ def requests_list(
     if any(r.get("reason") for r in items):
         columns.append(("reason", lambda r: r.get("reason")))
     where = "" if state == "all" else f"{state} "
-    return op.listing(items, next_cursor, "requests", columns, f"No {where}join requests for pool {pool}.")
+    scope = f"for pool {pool}" if pool else "in the pools this key can see"
+    return op.listing(items, next_cursor, "requests", columns, f"No {where}join requests {scope}.")
+
+
+def _request_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
+    machine = _object(item.get("machine"))
+    return [
+        ("state", item.get("state")),
+        (
+            "pool",
+            item.get("poolId") or (f"site {item['siteId']} (unclaimed)" if item.get("siteId") else None),
+        ),
+        ("host", machine.get("hostname")),
+        ("resources", _machine_line(machine)),
+        ("reason", item.get("reason")),
+        ("expires", _when(item.get("state"), item.get("expiresAt"), now)),
+    ]
+
+
+def requests_get(op: Operator, pool: str | None, request_id: str) -> Exit:
+    body: dict[str, Any] = {"requestId": request_id}
+    if pool:
+        body["poolId"] = pool
+    item, now = op.call("joinRequests/get", body)
+    pairs = _request_pairs(item, now)
+    pairs[4:4] = [
+        ("deferred because", [_object(x).get("code") for x in _list(item.get("reasons"))]),
+        ("asked", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
+    ]
+    return op.show(item, f"Join request {request_id}:", pairs)
 
 
 def requests_decide(
-    op: Operator, verb: str, pool: str, request_id: str, reason: str | None, ttl: int | None
+    op: Operator, verb: str, pool: str | None, request_id: str, reason: str | None, ttl: int | None
 ) -> Exit:
-    body: dict[str, Any] = {"poolId": pool, "requestId": request_id}
+    body: dict[str, Any] = {"requestId": request_id}
+    if pool:
+        body["poolId"] = pool
     if reason:
         body["reason"] = reason
     if ttl is not None:
@@ -186,19 +244,7 @@ def requests_decide(
         )
     else:
         headline = f"Rejected {request_id}: the machine's retries now fail."
-    machine = _object(item.get("machine"))
-    return op.show(
-        item,
-        headline,
-        [
-            ("state", item.get("state")),
-            ("pool", item.get("poolId")),
-            ("host", machine.get("hostname")),
-            ("resources", _machine_line(machine)),
-            ("reason", item.get("reason")),
-            ("expires", _when(item.get("state"), item.get("expiresAt"), now)),
-        ],
-    )
+    return op.show(item, headline, _request_pairs(item, now))
 
 
 # --- join tokens ---------------------------------------------------------------------------
@@ -326,6 +372,32 @@ def pools_create(
     return op.show(item, f"Created pool {pool} in site {site}.", _pool_pairs(item, now))
 
 
+def pools_update(
+    op: Operator,
+    pool: str,
+    name: str | None,
+    workspace: str | None,
+    request_ttl: int | None,
+    certificate_ttl: int | None,
+) -> Exit:
+    changes = {
+        key: value
+        for key, value in (
+            ("name", name),
+            ("workspaceId", workspace),
+            ("joinRequestTtlSeconds", request_ttl),
+            ("certificateTtlSeconds", certificate_ttl),
+        )
+        if value is not None
+    }
+    if not changes:
+        raise CliError(
+            "nothing to change: give --name, --workspace, --join-request-ttl or --certificate-ttl", Exit.USAGE
+        )
+    item, now = op.call("pools/update", {"poolId": pool, **changes})
+    return op.show(item, f"Updated pool {pool}.", _pool_pairs(item, now))
+
+
 def pools_get(op: Operator, pool: str) -> Exit:
     item, now = op.call("pools/get", {"poolId": pool})
     return op.show(item, f"Pool {pool}:", _pool_pairs(item, now))
@@ -382,6 +454,28 @@ def machines_list(
     return op.listing(items, next_cursor, "machines", columns, f"No machines in pool {pool}.")
 
 
+def machines_get(op: Operator, machine_id: str) -> Exit:
+    item, now = op.call("machines/get", {"machineId": machine_id})
+    return op.show(
+        item,
+        f"Machine {machine_id}:",
+        [
+            ("state", item.get("state")),
+            ("pool", item.get("poolId")),
+            ("host", item.get("hostname")),
+            ("resources", _machine_line(item)),
+            ("schedulable", item.get("schedulable")),
+            (
+                "certificate",
+                _when(item.get("state"), item.get("certificateExpiresAt"), now),
+            ),
+            ("joined", f"{item.get('joinedAt')} ({render.since(item.get('joinedAt'), now)})"),
+            ("revoked", item.get("revokedAt")),
+            ("reason", item.get("revokeReason")),
+        ],
+    )
+
+
 def machines_revoke(op: Operator, machine_id: str, reason: str | None) -> Exit:
     body: dict[str, Any] = {"machineId": machine_id}
     if reason:
@@ -392,6 +486,59 @@ def machines_revoke(op: Operator, machine_id: str, reason: str | None) -> Exit:
         f"Revoked machine {machine_id}: its token, certificate renewals and re-joins stop working.",
         [("state", item.get("state")), ("host", item.get("hostname")), ("reason", item.get("revokeReason"))],
     )
+
+
+# --- API keys ------------------------------------------------------------------------------
+
+
+def _key_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
+    return [
+        ("key", item.get("keyId")),
+        ("tenant", item.get("tenantId")),
+        ("grants", ", ".join(str(g) for g in _list(item.get("grants")))),
+        ("description", item.get("description") or None),
+        ("state", item.get("state")),
+        ("created", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
+        ("revoked", item.get("revokedAt")),
+    ]
+
+
+def apikeys_create(op: Operator, grants: list[str], description: str) -> Exit:
+    item, now = op.call("apiKeys/create", {"grants": grants, "description": description})
+    if op.json:
+        render.print_json(item, op.out)
+        return Exit.OK
+    print(f"Created API key {item.get('keyId')} in tenant {item.get('tenantId')}.", file=op.out)
+    render.fields(_key_pairs(item, now), op.out)
+    print("The key (shown only now; keep it secret):", file=op.out)
+    print(f"  {item.get('key')}", file=op.out)
+    print("Use it with:", file=op.out)
+    print(f"  export JOINPLANE_API_KEY={item.get('key')}", file=op.out)
+    return Exit.OK
+
+
+def apikeys_list(op: Operator, limit: int | None, cursor: str | None, every: bool) -> Exit:
+    items, next_cursor, now = op.pages(
+        "apiKeys/list", {}, "apiKeys", "API key", limit=limit, cursor=cursor, every=every
+    )
+    columns: list[Column] = [
+        ("key", lambda k: k.get("keyId")),
+        ("state", lambda k: k.get("state")),
+        ("grants", lambda k: ", ".join(str(g) for g in _list(k.get("grants")))),
+        ("description", lambda k: k.get("description")),
+        ("created", lambda k: render.since(k.get("createdAt"), now)),
+    ]
+    return op.listing(items, next_cursor, "apiKeys", columns, f"No API keys in tenant {op.tenant}.")
+
+
+def apikeys_revoke(op: Operator, key_id: str) -> Exit:
+    item, now = op.call("apiKeys/revoke", {"keyId": key_id})
+    return op.show(item, f"Revoked API key {key_id}: it is refused from now on.", _key_pairs(item, now))
+
+
+def apikeys_whoami(op: Operator) -> Exit:
+    response = op.client.post(f"{API}/apiKeys/whoami", {})
+    return op.show(response.body, "The API key in use:", _key_pairs(response.body, response.now()))
 
 
 # --- audit ---------------------------------------------------------------------------------
@@ -469,8 +616,10 @@ def _ca_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
     ]
 
 
-def _ca_answer(op: Operator, route: str, pool: str, bundle_out: str | None) -> tuple[dict[str, Any], float]:
-    item, now = op.call(route, {"poolId": pool})
+def _ca_answer(
+    op: Operator, route: str, pool: str, bundle_out: str | None, extra: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], float]:
+    item, now = op.call(route, {"poolId": pool, **(extra or {})})
     bundle = _list(item.get("bundle"))
     if not isinstance(item.get("active"), dict) or not bundle or not all(isinstance(p, str) for p in bundle):
         raise CliError("the server's answer was not a pool's certificate authorities")
@@ -491,5 +640,67 @@ def ca_rotate(op: Operator, pool: str, bundle_out: str | None) -> Exit:
     headline = (
         f"Rotated the CA of pool {pool}: new certificates come from it; machines trust it from "
         "their next renewal, and the previous CA stays in the bundle until its certificates expire."
+    )
+    return op.show(item, headline, _ca_pairs(item, now))
+
+
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def _read_pems(path: str, option: str) -> list[str]:
+    """The PEM certificates in a file, in order; a usage error when there are none."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as failed:
+        reason = failed.strerror if isinstance(failed, OSError) else "not a PEM (ASCII) file"
+        raise CliError(f"{option} {path}: {reason or failed}", Exit.USAGE) from None
+    pems = [match.group(0) + "\n" for match in _PEM_CERTIFICATE.finditer(text)]
+    if not pems:
+        raise CliError(f"{option} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)", Exit.USAGE)
+    return pems
+
+
+def ca_create_csr(op: Operator, pool: str, out: str | None) -> Exit:
+    item, _ = op.call("certificateAuthorities/createCsr", {"poolId": pool})
+    csr, ca_id = item.get("csr"), item.get("caId")
+    if not isinstance(csr, str) or "-----BEGIN CERTIFICATE REQUEST-----" not in csr:
+        raise CliError("the server's answer was not a CSR")
+    if out:
+        with open(out, "w", encoding="ascii") as written:
+            written.write(csr if csr.endswith("\n") else csr + "\n")
+    if op.json:
+        render.print_json(item, op.out)
+        return Exit.OK
+    if not out:
+        print(csr, end="" if csr.endswith("\n") else "\n", file=op.out)
+    print(
+        f"{'Wrote the' if out else 'The'} CSR of the pending CA {ca_id} of pool {pool}"
+        + (f" to {out}" if out else " (above)")
+        + ". Have your organisation's CA sign it as a CA certificate (CA:TRUE, pathlen:0, keyCertSign and "
+        f"cRLSign), then: joinplane ca import --pool {pool} --certificate CA.crt --chain CHAIN.pem",
+        file=op.err if not out else op.out,
+    )
+    return Exit.OK
+
+
+def ca_import(op: Operator, pool: str, certificate: str, chain: str, bundle_out: str | None) -> Exit:
+    (leaf, *more) = _read_pems(certificate, "--certificate")
+    if more:
+        raise CliError(
+            f"--certificate {certificate} holds {1 + len(more)} certificates: give the pool's CA certificate "
+            "alone, and its issuers with --chain",
+            Exit.USAGE,
+        )
+    issuers = _read_pems(chain, "--chain")
+    item, now = _ca_answer(
+        op,
+        "certificateAuthorities/importCertificate",
+        pool,
+        bundle_out,
+        {"certificate": leaf, "chain": issuers},
+    )
+    headline = (
+        f"Imported the CA certificate of pool {pool}: it is the pool's active CA, signed by your "
+        "organisation's; new certificates chain to its root."
     )
     return op.show(item, headline, _ca_pairs(item, now))

@@ -474,9 +474,12 @@ class Agent:
         request_id, expires = request.get("requestId"), request.get("expiresAt")
         self.say(f"  request  {request_id}")
         self.say(f"  expires  {expires} ({render.until(expires, response.now())})")
-        self.say("An operator decides it with:")
-        self.say(f"  joinplane requests approve {request_id} --tenant TENANT --pool POOL")
-        self.say(f"  joinplane requests reject {request_id} --tenant TENANT --pool POOL --reason '...'")
+        # The pool (or, for a site token, the site whose pools may claim it), when the server names it.
+        pool, site = request.get("poolId"), request.get("siteId")
+        where = f" of pool {pool}" if pool else f" of a pool of site {site}" if site else ""
+        self.say(f"An operator{render.cell(where)} decides it with:")
+        self.say(f"  joinplane requests approve {request_id}")
+        self.say(f"  joinplane requests reject {request_id} --reason '...'")
         if self.o.output == "json":
             render.print_json(
                 {

@@ -83,6 +83,7 @@ class ApiError(CliError):
         *,
         reason: str = "",
         metadata: dict[str, str] | None = None,
+        enveloped: bool = False,
     ) -> None:
         shown = f"{code} ({grpc})" if grpc is not None else code
         super().__init__(
@@ -96,6 +97,9 @@ class ApiError(CliError):
         self.server_message = message
         self.reason = reason
         self.metadata = metadata or {}
+        # The answer was a Joinplane error (operator envelope or rpcStatus), not a gateway's or a
+        # stranger's: a 404 without it means the route itself is not there.
+        self.enveloped = enveloped
 
     @property
     def transient(self) -> bool:
@@ -194,6 +198,7 @@ def parse_error(status: int, raw: bytes) -> ApiError:
                 str(envelope.get("message", "")),
                 envelope.get("details") if isinstance(envelope.get("details"), list) else None,
                 reason=reason if isinstance(reason, str) else "",
+                enveloped=True,
             )
         if isinstance(document.get("code"), int):
             number = int(document["code"])
@@ -207,6 +212,7 @@ def parse_error(status: int, raw: bytes) -> ApiError:
                 grpc=number,
                 reason=reason,
                 metadata=metadata,
+                enveloped=True,
             )
         if isinstance(document.get("message"), str):
             return ApiError(status, _GATEWAY_CODES.get(status, f"HTTP_{status}"), document["message"])
@@ -231,6 +237,18 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror.lower()
     return str(error) or type(error).__name__
+
+
+def _not_an_api(url: str, path: str, error: ApiError) -> ApiError:
+    """A 404 for a route every Joinplane API has: the URL is something else (a typo, a path too many,
+    another service). Said as such, rather than as a bare NOT_FOUND."""
+    return ApiError(
+        404,
+        "NOT_FOUND",
+        f"{url} answered 404 for POST {path}, a route every Joinplane API has: is --url the API's base URL "
+        "(http://127.0.0.1:3000 for `make run`, or the stage's API Gateway URL, with no path after it)?",
+        reason=error.reason,
+    )
 
 
 class Client:
@@ -273,7 +291,10 @@ class Client:
                     raw = failed.read()
                 except (OSError, http.client.HTTPException):
                     raw = b""  # the body broke off: the status alone says what happened
-                raise parse_error(failed.code, raw) from None
+                error = parse_error(failed.code, raw)
+                if error.status == 404 and not error.enveloped:
+                    raise _not_an_api(self.url, path, error) from None
+                raise error from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as failed:
             raise Unreachable(self.url, _reason(failed)) from None
         try:

@@ -1,5 +1,6 @@
-"""`joinplane`: the machine agent (`join`, `renew`) and the operator's tool (`requests`, `tokens`,
-`pools`, `machines`, `audit`), over the HTTP API only: a local runtime and a deployed stage alike.
+"""`joinplane`: the machine agent (`join`, `renew`, `agent`) and the operator's tool (`requests`,
+`tokens`, `pools`, `machines`, `apikeys`, `audit`, `ca`), over the HTTP API only: a local runtime and
+a deployed stage alike.
 
 Every failure ends in one plain line on stderr and an exit code from `exits.Exit`; a traceback
 means a bug in the CLI, never a refused request or an unreachable server.
@@ -9,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from joinplane_cli import admin, agent, service
+from joinplane_cli import admin, agent, completion, options, service
 from joinplane_cli.api import DEFAULT_TIMEOUT, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
@@ -26,75 +26,81 @@ from joinplane_cli.version import VERSION
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
             6 denied or revoked, 7 server unreachable, 8 bad token or API key, 130 interrupted
-environment: JOINPLANE_URL, JOINPLANE_TOKEN, JOINPLANE_DIR, JOINPLANE_API_KEY, JOINPLANE_TENANT,
-             JOINPLANE_POOL stand in for the options of the same name.
+settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_API_KEY,
+            JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
+            ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
+durations:  seconds, or 90s, 90m, 1h, 1h30m, 1d, 2w.
 """
 
 
-def default_dir() -> Path:
-    if os.environ.get("JOINPLANE_DIR"):
-        return Path(os.environ["JOINPLANE_DIR"])
+def default_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get("JOINPLANE_DIR"):
+        return Path(environ["JOINPLANE_DIR"])
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         return Path("/var/lib/joinplane")
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "joinplane"
 
 
-def _need(value: str | None, option: str, variable: str) -> str:
+def _need(value: str | None, option: str, variable: str, *, configurable: bool = True) -> str:
     if not value:
-        raise CliError(f"missing {option} (or set {variable})", Exit.USAGE)
+        where = f"; or `{option[2:]} = ...` in the config file" if configurable else ""
+        raise CliError(f"missing {option} (or set {variable}){where}", Exit.USAGE)
     return value
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
+    """Seconds or a duration (`90s`, `5m`), finite and not negative."""
+    return options.seconds(text)
 
 
 # --- options shared by subcommands -----------------------------------------------------------
 
 
-def _server_options() -> argparse.ArgumentParser:
+class Defaults:
+    """Each option's default: its environment variable, else the config file's profile."""
+
+    def __init__(self, chosen: Mapping[str, Any]) -> None:
+        self.chosen = chosen
+
+    def __call__(self, key: str) -> Any:
+        return self.chosen.get(key)
+
+
+def _server_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--url", default=os.environ.get("JOINPLANE_URL"), help="the API's base URL (env JOINPLANE_URL)"
-    )
+    parent.add_argument("--url", default=d("url"), help="the API's base URL (env JOINPLANE_URL)")
     parent.add_argument(
         "--timeout",
         type=_positive,
-        default=DEFAULT_TIMEOUT,
-        help=f"seconds to wait for each HTTP answer (default {DEFAULT_TIMEOUT:.0f})",
+        default=options.seconds(d("timeout")) if d("timeout") else DEFAULT_TIMEOUT,
+        metavar="DURATION",
+        help=f"how long to wait for each HTTP answer (default {DEFAULT_TIMEOUT:.0f}s)",
     )
     parent.add_argument(
         "-o",
         "--output",
         choices=("table", "json"),
-        default="table",
+        default=d("output") or "table",
         help="table (for people, the default) or json (for scripts)",
     )
+    parent.add_argument("--profile", help="the config file's profile to use (env JOINPLANE_PROFILE)")
+    parent.add_argument("--config", metavar="FILE", help="the config file (env JOINPLANE_CONFIG)")
     return parent
 
 
-def _operator_options() -> argparse.ArgumentParser:
+def _operator_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
-        "--api-key",
-        default=os.environ.get("JOINPLANE_API_KEY"),
-        help="operator API key jpk_... (env JOINPLANE_API_KEY)",
+        "--api-key", default=d("api-key"), help="operator API key jpk_... (env JOINPLANE_API_KEY)"
     )
     parent.add_argument(
-        "--tenant", default=os.environ.get("JOINPLANE_TENANT"), help="tenant id (env JOINPLANE_TENANT)"
+        "--tenant",
+        default=d("tenant"),
+        help="tenant id (env JOINPLANE_TENANT); default: the API key's own tenant",
     )
-    parent.add_argument(
-        "--pool", default=os.environ.get("JOINPLANE_POOL"), help="pool id (env JOINPLANE_POOL)"
-    )
+    parent.add_argument("--pool", default=d("pool"), help="pool id (env JOINPLANE_POOL)")
     return parent
 
 
@@ -106,11 +112,23 @@ def _paging_options() -> argparse.ArgumentParser:
     return parent
 
 
+def _api_key(args: argparse.Namespace) -> str:
+    key = _need(args.api_key, "--api-key", "JOINPLANE_API_KEY")
+    if key.startswith(("jpt_", "jpm_")):
+        kind = "a join token" if key.startswith("jpt_") else "a machine token"
+        raise CliError(
+            f"--api-key is {kind} ({key[:4]}...), not an API key: operator commands take an API key "
+            "jpk_... (`joinplane apikeys create`, or the one `make run` prints)",
+            Exit.USAGE,
+        )
+    return key
+
+
 def _operator(args: argparse.Namespace) -> admin.Operator:
     url = _need(args.url, "--url", "JOINPLANE_URL")
-    key = _need(args.api_key, "--api-key", "JOINPLANE_API_KEY")
-    tenant = _need(args.tenant, "--tenant", "JOINPLANE_TENANT")
-    return admin.Operator(Client(url, api_key=key, timeout=args.timeout), tenant, args.output)
+    client = Client(url, api_key=_api_key(args), timeout=args.timeout)
+    tenant = args.tenant or admin.whoami_tenant(client)
+    return admin.Operator(client, tenant, args.output)
 
 
 def _pool(args: argparse.Namespace) -> str:
@@ -124,17 +142,24 @@ def _token(args: argparse.Namespace) -> str | None:
     token: str | None = args.token
     if args.token_file:
         try:
-            token = Path(args.token_file).read_text().strip()
+            token = Path(args.token_file).expanduser().read_text().strip()
         except OSError as failed:
             raise CliError(f"--token-file: {failed.strerror or failed}", Exit.USAGE) from None
+    if token and token.startswith(("jpk_", "jpm_")):
+        kind = "an API key" if token.startswith("jpk_") else "a machine token"
+        raise CliError(
+            f"the join token is {kind} ({token[:4]}...), not a join token: a machine joins with a join "
+            "token jpt_... (`joinplane tokens create --pool POOL` prints one)",
+            Exit.USAGE,
+        )
     return token
 
 
 def _join(args: argparse.Namespace) -> Exit:
     token = _token(args)
-    options = agent.JoinOptions(
+    join_options = agent.JoinOptions(
         url=_need(args.url, "--url", "JOINPLANE_URL"),
-        token=_need(token, "--token", "JOINPLANE_TOKEN"),
+        token=_need(token, "--token", "JOINPLANE_TOKEN", configurable=False),
         directory=Path(args.dir).absolute(),
         wait=args.wait,
         dry_run=args.dry_run,
@@ -145,11 +170,11 @@ def _join(args: argparse.Namespace) -> Exit:
         output=args.output,
         timeout=args.timeout,
     )
-    return agent.Agent(options).join()
+    return agent.Agent(join_options).join()
 
 
 def _agent(args: argparse.Namespace) -> Exit:
-    options = service.ServiceOptions(
+    service_options = service.ServiceOptions(
         url=args.url,
         token=None if args.print_systemd_unit else _token(args),
         directory=Path(args.dir).absolute(),
@@ -159,8 +184,8 @@ def _agent(args: argparse.Namespace) -> Exit:
     )
     if args.print_systemd_unit:
         token_file = str(Path(args.token_file).absolute()) if args.token_file else None
-        return service.print_unit(options, token_file)
-    return service.serve(options)
+        return service.print_unit(service_options, token_file)
+    return service.serve(service_options)
 
 
 def _renew(args: argparse.Namespace) -> Exit:
@@ -178,9 +203,11 @@ def _renew(args: argparse.Namespace) -> Exit:
 def _requests(args: argparse.Namespace) -> Exit:
     op = _operator(args)
     if args.action == "list":
-        return admin.requests_list(op, _pool(args), args.state, args.limit, args.cursor, args.every)
+        return admin.requests_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
+    if args.action == "get":
+        return admin.requests_get(op, args.pool, args.request_id)
     ttl = getattr(args, "ttl", None)
-    return admin.requests_decide(op, args.action, _pool(args), args.request_id, args.reason, ttl)
+    return admin.requests_decide(op, args.action, args.pool, args.request_id, args.reason, ttl)
 
 
 def _tokens(args: argparse.Namespace) -> Exit:
@@ -210,9 +237,13 @@ def _pools(args: argparse.Namespace) -> Exit:
         return admin.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
     pool = args.pool_id or _pool(args)
     if args.action == "create":
-        site = _need(args.site, "--site", "a site id")
+        site = _need(args.site, "--site", "a site id", configurable=False)
         return admin.pools_create(
             op, pool, site, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+        )
+    if args.action == "update":
+        return admin.pools_update(
+            op, pool, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
         )
     if args.action == "get":
         return admin.pools_get(op, pool)
@@ -223,7 +254,20 @@ def _machines(args: argparse.Namespace) -> Exit:
     op = _operator(args)
     if args.action == "list":
         return admin.machines_list(op, _pool(args), args.state, args.limit, args.cursor, args.every)
+    if args.action == "get":
+        return admin.machines_get(op, args.machine_id)
     return admin.machines_revoke(op, args.machine_id, args.reason)
+
+
+def _apikeys(args: argparse.Namespace) -> Exit:
+    op = _operator(args)
+    if args.action == "create":
+        return admin.apikeys_create(op, args.grant, args.description)
+    if args.action == "list":
+        return admin.apikeys_list(op, args.limit, args.cursor, args.every)
+    if args.action == "whoami":
+        return admin.apikeys_whoami(op)
+    return admin.apikeys_revoke(op, args.key_id)
 
 
 def _ca(args: argparse.Namespace) -> Exit:
@@ -231,26 +275,42 @@ def _ca(args: argparse.Namespace) -> Exit:
     pool = args.pool_id or _pool(args)
     if args.action == "get":
         return admin.ca_get(op, pool, args.bundle_out)
-    return admin.ca_rotate(op, pool, args.bundle_out)
+    if args.action == "rotate":
+        return admin.ca_rotate(op, pool, args.bundle_out)
+    if args.action == "create-csr":
+        return admin.ca_create_csr(op, pool, args.out)
+    return admin.ca_import(op, pool, args.certificate, args.chain, args.bundle_out)
 
 
 def _audit(args: argparse.Namespace) -> Exit:
     return admin.audit_list(_operator(args), args.pool, args.detail_type, args.limit, args.cursor, args.every)
 
 
+def _completion(args: argparse.Namespace) -> Exit:
+    print(completion.script(args.shell, build_parser()), end="")
+    return Exit.OK
+
+
 # --- the parser ------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    server, operator, paging = _server_options(), _operator_options(), _paging_options()
+def _pool_id_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="the pool (default: --pool)")
+
+
+def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The parser; `chosen` are the option defaults from the environment and the config file."""
+    d = Defaults(options.defaults({}, os.environ) if chosen is None else chosen)
+    server, operator, paging = _server_options(d), _operator_options(d), _paging_options()
     parser = argparse.ArgumentParser(
         prog="joinplane",
-        description="Join machines to Joinplane pools, and decide their joins.",
+        description="Join machines to Joinplane pools, keep their certificates fresh, decide their joins.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
 
     join = commands.add_parser(
         "join",
@@ -261,10 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument(
         "--token", default=os.environ.get("JOINPLANE_TOKEN"), help="join token jpt_... (env JOINPLANE_TOKEN)"
     )
-    join.add_argument("--token-file", help="read the join token from this file (keeps it out of `ps`)")
+    join.add_argument(
+        "--token-file",
+        default=d("token-file"),
+        metavar="FILE",
+        help="read the join token from FILE (keeps it out of `ps`)",
+    )
     join.add_argument(
         "--dir",
-        default=str(default_dir()),
+        default=default_directory,
         help="where the key and identity live (env JOINPLANE_DIR; default %(default)s)",
     )
     join.add_argument("--wait", action="store_true", help="when deferred, keep asking until decided")
@@ -272,13 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument(
         "--poll-interval",
         type=_positive,
-        metavar="SECONDS",
-        help="seconds between retries while waiting (default: the server's retryAfterSeconds)",
+        metavar="DURATION",
+        help="time between retries while waiting (default: the server's retryAfterSeconds)",
     )
     join.add_argument(
         "--max-wait",
         type=_positive,
-        metavar="SECONDS",
+        metavar="DURATION",
         help="stop waiting after this long (exit 3); default: until decided or expired",
     )
     join.add_argument(
@@ -303,11 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--token", default=os.environ.get("JOINPLANE_TOKEN"), help="join token jpt_..., for the first join"
     )
     service_mode.add_argument(
-        "--token-file", help="read the join token from this file (keeps it out of `ps`)"
+        "--token-file", default=d("token-file"), metavar="FILE", help="read the join token from FILE"
     )
     service_mode.add_argument(
         "--dir",
-        default=str(default_dir()),
+        default=default_directory,
         help="where the key and identity live (env JOINPLANE_DIR; default %(default)s)",
     )
     service_mode.add_argument(
@@ -328,29 +393,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="renew this machine's certificate",
         description="Renew the certificate in DIR with the machine token.",
     )
-    renew.add_argument("--dir", default=str(default_dir()), help="the joined machine's directory")
+    renew.add_argument(
+        "--dir", default=default_directory, help="the joined machine's directory (default %(default)s)"
+    )
     renew.add_argument("--rotate-key", action="store_true", help="replace the machine's key as well")
     renew.set_defaults(handler=_renew)
 
-    requests = commands.add_parser("requests", help="the join-request queue (list, approve, reject)")
+    requests = commands.add_parser("requests", help="the join-request queue (list, get, approve, reject)")
     actions = requests.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", parents=[server, operator, paging], help="list join requests")
+    listing = actions.add_parser(
+        "list",
+        parents=[server, operator, paging],
+        help="list join requests (of --pool, or of every pool the key sees)",
+    )
     listing.add_argument(
         "--state",
         default="pending",
         choices=("pending", "approved", "rejected", "expired", "consumed", "all"),
+        help="which requests (default pending)",
     )
+    one = actions.add_parser("get", parents=[server, operator], help="show one join request")
+    one.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
     approve = actions.add_parser("approve", parents=[server, operator], help="approve a pending request")
-    approve.add_argument("request_id", metavar="REQUEST_ID")
+    approve.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
     approve.add_argument(
         "--ttl",
-        type=int,
-        metavar="SECONDS",
-        help="how long the machine has to use the approval (server default 3600)",
+        type=options.whole_seconds,
+        metavar="DURATION",
+        help="how long the machine has to use the approval (server default 1h)",
     )
     approve.add_argument("--reason", help="recorded with the decision")
     reject = actions.add_parser("reject", parents=[server, operator], help="reject a request")
-    reject.add_argument("request_id", metavar="REQUEST_ID")
+    reject.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
     reject.add_argument("--reason", help="shown to the machine and recorded")
     requests.set_defaults(handler=_requests)
 
@@ -358,70 +432,132 @@ def build_parser() -> argparse.ArgumentParser:
     actions = tokens.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[server, operator], help="create a join token")
     create.add_argument("--site", help="a site token (joins wait for a pool to claim them) instead of --pool")
-    create.add_argument("--ttl", type=int, metavar="SECONDS", help="lifetime (server default 86400)")
+    create.add_argument(
+        "--ttl", type=options.whole_seconds, metavar="DURATION", help="lifetime (server default 1d)"
+    )
     create.add_argument("--max-uses", type=int, help="machines that may use it (server default 1)")
     create.add_argument("--require-approval", action="store_true", help="every join waits for an operator")
-    create.add_argument("--discovery", choices=("off", "defer-unknown"))
-    create.add_argument("--tpm", choices=("off", "defer-unlisted", "require"))
+    create.add_argument(
+        "--discovery",
+        choices=("off", "defer-unknown"),
+        help="defer-unknown: a machine not in the discovery inventory waits for an operator",
+    )
+    create.add_argument(
+        "--tpm",
+        choices=("off", "defer-unlisted", "require"),
+        help="the TPM allow-list: defer machines whose EK is not listed, or require a listed one",
+    )
     create.add_argument(
         "--identity",
         choices=("any", "key"),
         help="key: refuse fingerprint-only joins (every machine must send a CSR)",
     )
-    create.add_argument("--description")
+    create.add_argument("--description", help="a note for people (shown in `tokens list`)")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list join tokens")
     listing.add_argument("--site", help="a site's tokens instead of --pool's")
     revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke a join token")
-    revoke.add_argument("token_id", metavar="TOKEN_ID")
+    revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id, jtok_... (not the secret)")
     tokens.set_defaults(handler=_tokens)
 
-    pools = commands.add_parser("pools", help="compute pools (create, list, get, archive)")
+    pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive)")
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = actions.add_parser("create", parents=[server, operator], help="create a pool")
-    create.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="default: --pool")
-    create.add_argument("--site", help="the site the pool belongs to (required)")
-    create.add_argument("--name", help="display name (default: the pool id)")
-    create.add_argument("--workspace", help="workspace id handed to machines (default: the pool id)")
-    create.add_argument(
-        "--join-request-ttl",
-        type=int,
-        metavar="SECONDS",
-        help="how long a deferred join waits for a decision (server default 86400)",
-    )
-    create.add_argument(
-        "--certificate-ttl",
-        type=int,
-        metavar="SECONDS",
-        help="machine certificate lifetime (server default 86400)",
-    )
+    for name, text in (
+        ("create", "create a pool"),
+        ("update", "change a pool's name, workspace or lifetimes"),
+    ):
+        change = actions.add_parser(name, parents=[server, operator], help=text)
+        _pool_id_argument(change)
+        if name == "create":
+            change.add_argument("--site", help="the site the pool belongs to (required)")
+        change.add_argument(
+            "--name", help="display name" + (" (default: the pool id)" if name == "create" else "")
+        )
+        change.add_argument(
+            "--workspace",
+            help="workspace id handed to machines" + (" (default: the pool id)" if name == "create" else ""),
+        )
+        change.add_argument(
+            "--join-request-ttl",
+            type=options.whole_seconds,
+            metavar="DURATION",
+            help="how long a deferred join waits for a decision (server default 1d)",
+        )
+        change.add_argument(
+            "--certificate-ttl",
+            type=options.whole_seconds,
+            metavar="DURATION",
+            help="machine certificate lifetime, 5m to the server's maximum (server default 1d)",
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
-    listing.add_argument("--site")
-    listing.add_argument("--state", choices=("active", "archived", "all"))
+    listing.add_argument("--site", help="only this site's pools")
+    listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
     for name, text in (("get", "show a pool"), ("archive", "archive a pool: no new joins or tokens")):
         one = actions.add_parser(name, parents=[server, operator], help=text)
-        one.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="default: --pool")
+        _pool_id_argument(one)
     pools.set_defaults(handler=_pools)
 
-    machines = commands.add_parser("machines", help="joined machines (list, revoke)")
+    machines = commands.add_parser("machines", help="joined machines (list, get, revoke)")
     actions = machines.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list a pool's machines")
-    listing.add_argument("--state", choices=("active", "revoked", "all"))
+    listing.add_argument("--state", choices=("active", "revoked", "all"), help="only machines in this state")
+    one = actions.add_parser("get", parents=[server, operator], help="show one machine")
+    one.add_argument("machine_id", metavar="MACHINE_ID", help="the machine, mach_...")
     revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke a machine")
-    revoke.add_argument("machine_id", metavar="MACHINE_ID")
-    revoke.add_argument("--reason")
+    revoke.add_argument("machine_id", metavar="MACHINE_ID", help="the machine, mach_...")
+    revoke.add_argument("--reason", help="recorded with the revocation")
     machines.set_defaults(handler=_machines)
 
-    authorities = commands.add_parser("ca", help="a pool's certificate authority (get, rotate)")
+    apikeys = commands.add_parser("apikeys", help="operator API keys (create, list, revoke, whoami)")
+    actions = apikeys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", parents=[server, operator], help="create an API key")
+    create.add_argument(
+        "--grant",
+        action="append",
+        required=True,
+        metavar="PERMISSION@SCOPE",
+        help="repeatable, e.g. compute:*@tenant or compute:join-requests:*@compute-pool/gpu-rack-1",
+    )
+    create.add_argument("--description", default="", help="a note for people (shown in `apikeys list`)")
+    actions.add_parser("list", parents=[server, operator, paging], help="list the tenant's API keys")
+    revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke an API key")
+    revoke.add_argument("key_id", metavar="KEY_ID", help="the key's id, key_... (not the secret)")
+    actions.add_parser("whoami", parents=[server, operator], help="show the API key in use: tenant, grants")
+    apikeys.set_defaults(handler=_apikeys)
+
+    authorities = commands.add_parser(
+        "ca", help="a pool's certificate authority (get, rotate, create-csr, import)"
+    )
     actions = authorities.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("get", "show the pool's active CA (made on first use) and its trust bundle"),
         ("rotate", "make a new CA key; the previous CA stays trusted until its certificates expire"),
     ):
         one = actions.add_parser(name, parents=[server, operator], help=text)
-        one.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="default: --pool")
+        _pool_id_argument(one)
         one.add_argument(
             "--bundle-out", metavar="FILE", help="write the bundle (PEM) to FILE, for openssl verify -CAfile"
         )
+    one = actions.add_parser(
+        "create-csr",
+        parents=[server, operator],
+        help="a CSR for a new pool CA key, for your organisation's CA to sign",
+    )
+    _pool_id_argument(one)
+    one.add_argument("--out", metavar="FILE", help="write the CSR (PEM) to FILE instead of stdout")
+    one = actions.add_parser(
+        "import",
+        parents=[server, operator],
+        help="make the certificate your organisation's CA signed for the CSR the pool's active CA",
+    )
+    _pool_id_argument(one)
+    one.add_argument("--certificate", required=True, metavar="FILE", help="the signed CA certificate (PEM)")
+    one.add_argument(
+        "--chain",
+        required=True,
+        metavar="FILE",
+        help="PEM file of the issuers, the one that signed --certificate first and the root last",
+    )
+    one.add_argument("--bundle-out", metavar="FILE", help="write the pool's trust bundle (PEM) to FILE")
     authorities.set_defaults(handler=_ca)
 
     audit = commands.add_parser("audit", help="security events (list)")
@@ -431,16 +567,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--detail-type", help="e.g. join-request.approved (the security. prefix is optional)"
     )
     audit.set_defaults(handler=_audit)
+
+    shells = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        description="Print a completion script: `source <(joinplane completion bash)`, or see docs/cli.md.",
+    )
+    shells.add_argument("shell", choices=completion.SHELLS, help="the shell to complete in")
+    shells.set_defaults(handler=_completion)
     return parser
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    # systemd stops an agent with SIGTERM: leave as cleanly as after Ctrl-C.
+    # systemd stops a `join --wait` with SIGTERM: leave as cleanly as after Ctrl-C.
     raise KeyboardInterrupt
 
 
+def _settings(argv: Sequence[str]) -> dict[str, Any]:
+    """The option defaults: the environment's, else the config file profile's (--profile/--config are
+    read first, wherever they stand)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--profile")
+    early.add_argument("--config")
+    known, _ = early.parse_known_args(argv)
+    path = Path(known.config).expanduser() if known.config else options.config_path(os.environ)
+    profile = known.profile or os.environ.get("JOINPLANE_PROFILE") or None
+    loaded = options.load_profile(path, profile, explicit=bool(known.config))
+    return options.defaults(loaded, os.environ)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        chosen = _settings(arguments)
+    except CliError as failed:
+        print(f"joinplane: {failed.message}", file=sys.stderr)
+        return int(failed.exit_code)
+    args = build_parser(chosen).parse_args(arguments)
     previous: Callable[[int, FrameType | None], Any] | int | None = None
     with contextlib.suppress(ValueError):  # not the main thread (an embedding test): leave signals alone
         previous = signal.signal(signal.SIGTERM, _terminate)

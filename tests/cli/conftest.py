@@ -13,6 +13,14 @@ from joinplane import container
 from joinplane_local.runtime import Runtime
 from tests.support.runtime import Cli, local_runtime
 
+# No test reads the config file of whoever runs the tests.
+NO_CONFIG = "/nonexistent/joinplane/config.toml"
+
+
+@pytest.fixture(autouse=True)
+def _no_config_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOINPLANE_CONFIG", NO_CONFIG)
+
 
 @pytest.fixture(scope="package")
 def runtime() -> Iterator[Runtime]:
@@ -28,6 +36,7 @@ def cli(runtime: Runtime) -> Iterator[Cli]:
         JOINPLANE_URL=runtime.url,
         JOINPLANE_API_KEY=runtime.admin_key,
         JOINPLANE_TENANT="dev",
+        JOINPLANE_CONFIG=NO_CONFIG,
         PYTHONUNBUFFERED="1",
     )
     yield Cli(runtime, env)

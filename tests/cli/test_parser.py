@@ -1,0 +1,112 @@
+"""The command line itself: help on every option, --output json on every command, durations, the
+version, and shell completion generated from the parser."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from joinplane_cli import completion, main, options
+from joinplane_cli.version import VERSION
+from tests.support.runtime import command
+
+
+def _leaves(parser: argparse.ArgumentParser, path: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield path, parser
+        return
+    for name, child in subparsers[0].choices.items():
+        yield from _leaves(child, f"{path} {name}".strip())
+
+
+LEAVES = dict(_leaves(main.build_parser()))
+
+
+@pytest.mark.parametrize("path", sorted(LEAVES))
+def test_every_option_and_argument_has_help(path: str) -> None:
+    # Given one command, When its options are read, Then each one says what it is for
+    for action in LEAVES[path]._actions:
+        assert action.help and action.help.strip(), (
+            f"joinplane {path}: {action.option_strings or action.dest}"
+        )
+
+
+@pytest.mark.parametrize("path", sorted(p for p in LEAVES if p != "completion"))
+def test_every_command_takes_output_json(path: str) -> None:
+    # Given one command that talks to the server, Then -o json is one of its options
+    outputs = [a for a in LEAVES[path]._actions if "--output" in a.option_strings]
+    assert outputs and "json" in (outputs[0].choices or ()), path
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("90m", 5400), ("1h", 3600), ("1h30m", 5400), ("1d", 86_400), ("2w", 1_209_600),
+     ("1.5h", 5400), ("0", 0)],
+)  # fmt: skip
+def test_durations_read_as_a_person_writes_them(text: str, seconds: int) -> None:
+    assert options.whole_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1x", "h", "1h 30m", "-5m", "1d-1h", "", "1e400"])
+def test_a_duration_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        options.whole_seconds(text)
+
+
+def test_version_is_the_packages() -> None:
+    done = subprocess.run([*command(), "--version"], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, f"joinplane {VERSION}\n")
+
+
+BASH = """
+source <("$@" completion bash)
+t() {
+    COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()
+    _joinplane; echo "${COMPREPLY[*]}"
+}
+t joinplane req
+t joinplane requests ''
+t joinplane requests list --st
+t joinplane -o json requests list --pool gpu --state a
+t joinplane pools create p1 --certificate-t
+t joinplane agent --token-file %s/tok
+"""
+
+
+def test_bash_completes_commands_actions_options_choices_and_files(tmp_path: Path) -> None:
+    # Given a file to complete and the generated bash script
+    (tmp_path / "token.txt").write_text("jpt_x")
+    # When bash completes partial command lines
+    done = subprocess.run(
+        ["bash", "-c", BASH % tmp_path, "bash", *command()], capture_output=True, text=True, check=False
+    )
+    # Then each completes to what the parser accepts there
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "requests",
+        "list get approve reject --help",
+        "--state",
+        "approved all",
+        "--certificate-ttl",
+        f"{tmp_path}/token.txt",
+    ]
+
+
+@pytest.mark.parametrize("shell", completion.SHELLS)
+def test_every_shells_script_knows_every_command(shell: str) -> None:
+    # Given the completion script of one shell, Then every command and action of the parser is in it
+    text = completion.script(shell, main.build_parser())
+    for path in LEAVES:
+        for word in path.split():
+            assert word in text, (shell, word)
+    if shell == "fish":
+        condition = "__fish_seen_subcommand_from requests; and __fish_seen_subcommand_from list"
+        states = "pending approved rejected expired consumed all"
+        assert f"complete -c joinplane -n '{condition}' -l state -xa '{states}'" in text
+    if shell == "zsh":
+        assert text.startswith("# joinplane completion for zsh") and "bashcompinit" in text
