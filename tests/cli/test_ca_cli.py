@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.openssl_ca import OrgPki
 from tests.support.runtime import Cli
 
 pytestmark = pytest.mark.e2e
@@ -55,3 +56,50 @@ def test_the_ca_of_a_pool_that_does_not_exist_is_not_found(cli: Cli, tmp_path: P
     refused = cli.run("ca", "rotate", "--pool", "no-such-pool", "--bundle-out", str(tmp_path / "b.pem"))
     assert refused.code != 0 and "pool not found" in refused.err
     assert not (tmp_path / "b.pem").exists()
+
+
+def test_an_operator_has_the_pools_ca_signed_by_the_organisations_root(cli: Cli, tmp_path: Path) -> None:
+    # Given a pool and an organisation's root CA, made with openssl
+    pool = cli.new_pool()
+    pki = OrgPki(tmp_path / "org")
+    root = pki.root()
+
+    # When the operator asks for a CSR, has the root sign it, and imports the certificate with its chain
+    csr_file = tmp_path / "pool-ca.csr"
+    asked = cli.ok("ca", "create-csr", "--pool", pool, "--out", str(csr_file))
+    signed = pki.sign(root, csr_file.read_text(), "pool-ca")
+    imported = cli.ok(
+        "ca", "import", "--pool", pool, "--certificate", str(signed.certificate),
+        "--chain", str(root.certificate), "--bundle-out", str(tmp_path / "bundle.pem"),
+    )  # fmt: skip
+    # And a machine joins afterwards
+    machine = tmp_path / "machine"
+    cli.ok("join", "--token", cli.new_token(pool), "--dir", str(machine))
+
+    # Then the operator was told what to do with the CSR and what the import did
+    assert "-----BEGIN CERTIFICATE REQUEST-----" in csr_file.read_text()
+    assert f"joinplane ca import --pool {pool}" in asked.out
+    assert f"Imported the CA certificate of pool {pool}" in imported.out
+    # And the machine's certificate verifies up to the organisation's root through the pool's CA
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(root.certificate), "-untrusted", str(signed.certificate),
+         str(machine / "machine.crt")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_import_without_a_certificate_in_its_files_is_refused_before_asking(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a chain file that holds no certificate
+    (tmp_path / "empty.pem").write_text("not a certificate\n")
+    (tmp_path / "two.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n" * 2)
+    # When the operator imports with it
+    no_chain = cli.run("ca", "import", "--pool", "p", "--certificate", str(tmp_path / "two.pem"),
+                       "--chain", str(tmp_path / "empty.pem"))  # fmt: skip
+    missing = cli.run("ca", "import", "--pool", "p", "--certificate", str(tmp_path / "nope.pem"),
+                      "--chain", str(tmp_path / "empty.pem"))  # fmt: skip
+    # Then each is a usage error naming the file
+    assert no_chain.code == 2 and "holds 2 certificates" in no_chain.err
+    assert missing.code == 2 and "nope.pem" in missing.err
