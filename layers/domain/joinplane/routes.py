@@ -179,7 +179,15 @@ ROUTES: tuple[Route, ...] = (
     # documents the path without the API's `/api` base. Both are the one endpoint.
     Route("POST", "/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoin", "cluster-key"),
     Route("POST", "/api/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoinApi", "cluster-key"),
+    # The operator console (docs/console.md): a page and its files, no auth (the page has no
+    # privileges; each API call it makes carries the operator's key). Not API: no client calls an
+    # operation here, so the OpenAPI document leaves them out (`API` below).
+    Route("GET", "/console", "ConsoleFunction", "console.page", "none"),
+    Route("GET", "/console/{path+}", "ConsoleFunction", "console.asset", "none"),
 )
+
+# The routes the OpenAPI document describes: every route but the console's page and files.
+API: tuple[Route, ...] = tuple(route for route in ROUTES if route.function != "ConsoleFunction")
 
 
 def of_function(function: str) -> tuple[Route, ...]:

@@ -1,0 +1,48 @@
+import { h } from "./dom.js";
+
+const relative = new Intl.RelativeTimeFormat("en", { numeric: "auto", style: "short" });
+const absolute = new Intl.DateTimeFormat("en", { dateStyle: "medium", timeStyle: "medium", timeZone: "UTC" });
+const UNITS = [
+  ["day", 86400],
+  ["hour", 3600],
+  ["minute", 60],
+  ["second", 1],
+];
+
+export function ago(iso) {
+  const seconds = Math.round((Date.parse(iso) - Date.now()) / 1000);
+  for (const [unit, size] of UNITS) {
+    if (Math.abs(seconds) >= size || unit === "second") return relative.format(Math.trunc(seconds / size), unit);
+  }
+  return "";
+}
+
+export function when(iso) {
+  if (!iso) return "—";
+  return h("time", { datetime: iso, title: `${absolute.format(new Date(iso))} UTC`, text: ago(iso) });
+}
+
+export function stamp(iso) {
+  if (!iso) return "—";
+  return h("time", { datetime: iso, text: `${absolute.format(new Date(iso))} UTC` });
+}
+
+export function memory(mb) {
+  if (!mb) return null;
+  return mb >= 1024 ? `${(mb / 1024).toFixed(mb % 1024 ? 1 : 0)} GiB` : `${mb} MiB`;
+}
+
+export function resources(machine) {
+  if (!machine) return "—";
+  const parts = [
+    machine.cpuCount ? `${machine.cpuCount} CPU` : null,
+    memory(machine.memoryMb),
+    machine.gpuCount ? `${machine.gpuCount} GPU` : null,
+    [machine.os, machine.arch].filter(Boolean).join("/") || null,
+  ].filter(Boolean);
+  return parts.join(" · ") || "—";
+}
+
+export function badge(state) {
+  return h("span", { class: `badge ${state}`, text: state });
+}
