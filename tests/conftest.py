@@ -14,6 +14,14 @@ from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
 
+# Run first: `make test` hands whole files to its workers in this order, and the longest file started
+# last would leave the other worker idle until it ends.
+LONGEST_FIRST = ("tests/contract/test_openapi_schemathesis.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in LONGEST_FIRST)
+
 
 @pytest.fixture(scope="session")
 def emulator() -> Iterator[local_emulator.Emulator]:
