@@ -1,4 +1,4 @@
-"""POST /api/compute/certificateAuthorities/{get,rotate}; GET /crl/{caId} (no auth)"""
+"""POST /api/compute/certificateAuthorities/{get,rotate,createCsr,importCertificate}; GET /crl/{caId}"""
 
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ def get(request: HttpRequest) -> views.CertificateAuthorities:
 @routes.operation("certificateAuthorities.rotate")
 def rotate(request: HttpRequest) -> views.CertificateAuthorities:
     return authorities.rotate(*operator_api.parse(request, authorities.CertificateAuthorityRef))
+
+
+@routes.operation("certificateAuthorities.createCsr")
+def create_csr(request: HttpRequest) -> views.CertificateAuthorityRequest:
+    return authorities.create_csr(*operator_api.parse(request, authorities.CertificateAuthorityRef))
+
+
+@routes.operation("certificateAuthorities.importCertificate")
+def import_certificate(request: HttpRequest) -> views.CertificateAuthorities:
+    return authorities.import_certificate(*operator_api.parse(request, authorities.ImportCertificate))
 
 
 @routes.operation("certificateAuthorities.crl")

@@ -275,6 +275,27 @@ DOCS: dict[str, Doc] = {
         "deletion. ABORTED when another rotation of the pool won meanwhile. Needs `compute:pools:write`.",
         {"tenantId": "dev", "poolId": "dev-pool"},
     ),
+    "certificateAuthorities.createCsr": Doc(
+        "Ask for a pool CA signed by your own root",
+        "Makes a new KMS key for the pool and returns a PKCS#10 request for it: have your CA sign it as "
+        "an intermediate (CA:TRUE, pathlen:0, keyCertSign and cRLSign, a subjectKeyIdentifier) and import "
+        "the result with importCertificate. The pool keeps issuing from its active CA meanwhile; a newer "
+        "request replaces a pending one (its key is scheduled for deletion). Needs `compute:pools:write`.",
+        {"tenantId": "dev", "poolId": "dev-pool"},
+    ),
+    "certificateAuthorities.importCertificate": Doc(
+        "Install the signed intermediate as the pool's CA",
+        "The certificate your CA signed for the pending request, and its chain (issuer first, root "
+        "last). It must be for the pending key, a CA allowed to sign certificates and CRLs, chain to a "
+        "self-signed root, and stay valid at least 30 days; otherwise 400 and nothing changes. The "
+        "active CA is retired as by a rotation. Needs `compute:pools:write`.",
+        {
+            "tenantId": "dev",
+            "poolId": "dev-pool",
+            "certificate": "-----BEGIN CERTIFICATE-----...",
+            "chain": ["-----BEGIN CERTIFICATE-----..."],
+        },
+    ),
     "clusters.nodes.list": Doc(
         "List a cluster's member nodes",
         "In nodeId order.",

@@ -8,6 +8,7 @@ version), exactly one wins. The CA records here are inert (no KMS key): the race
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from typing import Any
@@ -96,3 +97,85 @@ def test_released_together_the_transactional_rotation_leaves_one_active_ca(table
     # the transaction guarantees is one active CA, every winner having retired its predecessor.
     states = Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))
     assert states == Counter({"active": 1, "retired": sum(results)})
+
+
+# --- An upstream CA's import, racing rotations ---------------------------------------------------------
+
+
+def pool_with_pending() -> tuple[str, CertificateAuthority]:
+    pool = new_pool()
+    pending = authority(pool, f"ca_pending_{pool}", None)._replace(state="pending")
+    authorities_db.put_pending(pending, replacing=None)
+    return pool, pending
+
+
+def import_read_then_write(pool: str, pending: CertificateAuthority) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    dynamo.update(
+        *authorities_db.ca_key(pending.ca_id),
+        update="SET #s = :a, previousCaId = :p",
+        names={"#s": "state"},
+        values={":a": "active", ":p": read.active.ca_id},
+    )
+    dynamo.update(
+        *authorities_db.ca_key(read.active.ca_id),
+        update="SET #s = :r",
+        names={"#s": "state"},
+        values={":r": "retired"},
+    )
+    dynamo.update(
+        *authorities_db.pointer_key(TENANT, pool),
+        update="SET activeCaId = :new, version = :next",
+        values={":new": pending.ca_id, ":next": read.pointer.version + 1},
+    )
+    return True
+
+
+def import_conditionally(pool: str, pending: CertificateAuthority) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    try:
+        authorities_db.activate_pending(
+            read,
+            pending,
+            certificate_pem="",
+            chain_pem=[],
+            activated_at="2026-12-01T00:00:01Z",
+            activated_by="harness",
+            retired_at="2026-12-01T00:00:01Z",
+            bundle_until=1,
+            keep=[],
+        )
+    except (authorities_db.Contended, authorities_db.PendingChanged):
+        return False
+    return True
+
+
+def import_among_rotations(pool: str, pending: CertificateAuthority, importer: Any, index: int) -> bool:
+    # Thread 0 imports; the others rotate, as operators racing each other would.
+    return importer(pool, pending) if index == 0 else rotate_conditionally(pool, index)
+
+
+def test_released_with_rotations_a_read_then_write_import_leaves_several_active_cas(table: str) -> None:
+    # Rounds, since a read-then-write only loses when a rotation commits between its read and writes.
+    found = []
+    for _ in range(4):
+        pool, pending = pool_with_pending()
+        release_together(
+            functools.partial(import_among_rotations, pool, pending, import_read_then_write), THREADS
+        )
+        found.append(active_cas(pool))
+    assert max(found) > 1, found
+
+
+def test_released_with_rotations_the_transactional_import_leaves_one_active_ca(table: str) -> None:
+    for _ in range(4):
+        pool, pending = pool_with_pending()
+        results: list[Any] = release_together(
+            functools.partial(import_among_rotations, pool, pending, import_conditionally), THREADS
+        )
+        states = Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))
+        # Every winner (the import and each rotation that won) retired exactly one predecessor.
+        assert states["active"] == 1
+        assert states["retired"] == sum(results)
+        assert states["pending"] == (0 if results[0] else 1)

@@ -216,6 +216,28 @@ ROTATED_AUTHORITY = {
     "createdBy": ACTOR,
     "previousCaId": AUTHORITY["caId"],
 }
+PENDING_AUTHORITY = {
+    **AUTHORITY,
+    "pk": "CA#ca_01m8nz3r6t9w2y5b8d1f4h7k0m",
+    "caId": "ca_01m8nz3r6t9w2y5b8d1f4h7k0m",
+    "keyId": "5678efgh-56ef-78ab-90cd-567890abcdef",
+    "certificatePem": "",
+    "csrPem": "-----BEGIN CERTIFICATE REQUEST-----\n...\n-----END CERTIFICATE REQUEST-----\n",
+    "state": "pending",
+    "createdAt": "2026-12-01T08:00:00Z",
+    "createdBy": ACTOR,
+    "gsi1sk": "2026-12-01T08:00:00Z#ca_01m8nz3r6t9w2y5b8d1f4h7k0m",
+}
+del PENDING_AUTHORITY["activatedAt"]
+IMPORTED_AUTHORITY = {
+    **PENDING_AUTHORITY,
+    "certificatePem": "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n",
+    "chainPem": ["-----BEGIN CERTIFICATE-----\n...root...\n-----END CERTIFICATE-----\n"],
+    "state": "active",
+    "activatedAt": "2026-12-01T09:30:00Z",
+    "activatedBy": "key_01m8nz6v9x2z5c8e1g4j7m0p3r",
+    "previousCaId": AUTHORITY["caId"],
+}
 RETIRED_AUTHORITY = {
     **AUTHORITY,
     "state": "retired",
@@ -302,6 +324,13 @@ def admin_transitions() -> list[tuple[str, dict | None, dict]]:
         ("security.cluster-key.rotated", None, CLUSTER_KEY),
         ("security.certificate-authority.created", None, AUTHORITY),
         ("security.certificate-authority.rotated", None, ROTATED_AUTHORITY),
+        ("security.certificate-authority.requested", None, PENDING_AUTHORITY),
+        ("security.certificate-authority.rotated", PENDING_AUTHORITY, IMPORTED_AUTHORITY),
+        (
+            "security.certificate-authority.created",
+            PENDING_AUTHORITY,
+            {key: value for key, value in IMPORTED_AUTHORITY.items() if key != "previousCaId"},
+        ),
         (
             "security.certificate-authority.expired",
             RETIRED_AUTHORITY,
@@ -325,6 +354,8 @@ def admin_non_transitions() -> list[tuple[dict, dict]]:
         ),  # retired by the next rotation, whose new key's INSERT is the event
         ({**API_KEY, "state": "revoked"}, {**API_KEY, "state": "revoked", "description": "x"}),
         (AUTHORITY, RETIRED_AUTHORITY),  # retired by a rotation, whose new CA's INSERT is the event
+        # abandoned for a newer request, whose INSERT is the event
+        (PENDING_AUTHORITY, {**PENDING_AUTHORITY, "state": "abandoned"}),
     ]
 
 

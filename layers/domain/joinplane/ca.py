@@ -41,6 +41,7 @@ from joinplane import aws, clock, container, deadline, der, ids, spiffe
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal.authorities import Authorities, CertificateAuthority
 from joinplane.errors import (
+    NO_PENDING_CA,
     POOL_ARCHIVED,
     POOL_CA_EXPIRED,
     Aborted,
@@ -113,6 +114,8 @@ class PoolCa(NamedTuple):
     public_key: ec.EllipticCurvePublicKey
     bundle_pem: str
     loaded_at: float
+    # The earliest notAfter of the active CA and its chain: no machine certificate may outlive it.
+    not_after: datetime
 
 
 _cache: dict[tuple[str, str], PoolCa] = {}
@@ -252,8 +255,9 @@ def issue_machine_certificate(
     # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
     now = clock.now().replace(microsecond=0)
     lifetime = timedelta(seconds=min(max(int(lifetime_seconds), MIN_LIFETIME_SECONDS), MAX_LIFETIME_SECONDS))
-    # A certificate outliving its CA would fail verification anyway; say so instead of lying.
-    not_after = min(now + lifetime, pool_ca.certificate.not_valid_after_utc)
+    # A certificate outliving its CA (or a CA above it) would fail verification anyway; say so
+    # instead of lying.
+    not_after = min(now + lifetime, pool_ca.not_after)
     if not_after - now < timedelta(seconds=MIN_LIFETIME_SECONDS):
         raise FailedPrecondition(
             f"the CA of pool {pool_id} expires at {clock.rfc3339(not_after)}", reason=POOL_CA_EXPIRED
@@ -426,7 +430,14 @@ def _loaded(stored: Authorities) -> PoolCa:
     public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey):
         raise Internal(f"CA {stored.active.ca_id} does not hold an EC key")
-    return PoolCa(stored, certificate, public_key, bundle_pem(stored, int(clock.epoch())), clock.epoch())
+    try:
+        chain = [x509.load_pem_x509_certificate(pem.encode()) for pem in stored.active.chain_pem]
+    except ValueError as failure:
+        raise Internal(f"the chain of CA {stored.active.ca_id} is malformed") from failure
+    not_after = min(c.not_valid_after_utc for c in (certificate, *chain))
+    return PoolCa(
+        stored, certificate, public_key, bundle_pem(stored, int(clock.epoch())), clock.epoch(), not_after
+    )
 
 
 def bundle_pem(stored: Authorities, now_epoch: int) -> str:
@@ -525,17 +536,9 @@ def _new_ca(
     """A new KMS key and its self-signed CA certificate (not yet stored)."""
     ca_id = ids.new_id("ca")
     key_id = _create_key(ca_id, tenant_id, pool_id)
-    public_key = _public_key(key_id)
+    public_key = kms_public_key(key_id)
     now = clock.now().replace(microsecond=0)
-    name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(tenant_id, pool_id)),
-            # Two CAs of one pool (before and after a rotation) must not share a name: verifiers
-            # find a certificate's issuer by name first. (OU, not serialNumber: that is a
-            # PrintableString, and a caId holds `_`.)
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ca_id),
-        ]
-    )
+    name = _ca_name(tenant_id, pool_id, ca_id)
     builder = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -569,6 +572,18 @@ def _new_ca(
     )
 
 
+def _ca_name(tenant_id: str, pool_id: str, ca_id: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(tenant_id, pool_id)),
+            # Two CAs of one pool (before and after a rotation) must not share a name: verifiers
+            # find a certificate's issuer by name first. (OU, not serialNumber: that is a
+            # PrintableString, and a caId holds `_`.)
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ca_id),
+        ]
+    )
+
+
 def _ca_common_name(tenant_id: str, pool_id: str) -> str:
     """`Joinplane pool CA <tenantId>/<poolId>`, shortened to X.520's 64 characters when the ids are long.
     The shortened form ends in `~` and a digest of the full ids: no id contains `~`, so it can never
@@ -581,6 +596,114 @@ def _ca_common_name(tenant_id: str, pool_id: str) -> str:
     return (
         f"Joinplane pool CA {label[: _MAX_COMMON_NAME - len('Joinplane pool CA ~') - len(digest)]}~{digest}"
     )
+
+
+# --- An upstream CA (bring your own root): a request, then its signed certificate ---------------------
+
+
+def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> CertificateAuthority:
+    """A new KMS key and a CSR for it (joinplane.upstream), stored as the pool's pending CA: the
+    organisation's CA signs the CSR, and `import_upstream` makes the result the pool's issuing CA.
+    A request still pending is abandoned (its key scheduled for deletion): the latest CSR is the
+    one an import must answer. ABORTED when another request or an import changed the pending one
+    meanwhile; INVALID_STATE when the pool was archived."""
+    from joinplane import upstream
+
+    _check_ids(tenant_id, pool_id)
+    replacing = authorities_db.get_pending(tenant_id, pool_id)
+    ca_id = ids.new_id("ca")
+    key_id = _create_key(ca_id, tenant_id, pool_id)
+    try:
+        csr = upstream.csr_for_key(key_id, _ca_name(tenant_id, pool_id, ca_id))
+        pending = CertificateAuthority(
+            ca_id=ca_id,
+            tenant_id=tenant_id,
+            site_id=site_id,
+            pool_id=pool_id,
+            key_id=key_id,
+            certificate_pem="",
+            state="pending",
+            created_at=clock.rfc3339(clock.now()),
+            created_by=by,
+            csr_pem=csr,
+        )
+        authorities_db.put_pending(pending, replacing=replacing)
+    except authorities_db.PendingChanged:
+        schedule_key_deletion(key_id)
+        raise Aborted(
+            f"the pending certificate request of pool {pool_id} changed meanwhile; read it again"
+        ) from None
+    except authorities_db.PoolNotActive:
+        schedule_key_deletion(key_id)
+        raise InvalidState(
+            "pool is archived; archived pools cannot be changed", reason=POOL_ARCHIVED
+        ) from None
+    except Exception:
+        schedule_key_deletion(key_id)
+        raise
+    if replacing is not None:
+        schedule_key_deletion(replacing.key_id)
+    return pending
+
+
+def import_upstream(
+    tenant_id: str, pool_id: str, certificate_pem: str, chain_pems: list[str], *, by: str
+) -> Authorities:
+    """The signed certificate of the pool's pending request becomes the pool's issuing CA, with its
+    chain (issuer first, root last), once joinplane.upstream has checked it: for the pending key, a
+    CA that may sign, linking to a self-signed root, valid long enough. The CA it replaces is retired
+    as by a rotation. FAILED_PRECONDITION (NO_PENDING_CA) without a pending request; ABORTED when the
+    request was replaced or imported meanwhile; the checks' own refusals otherwise. Nothing is
+    written unless everything passed. `by` is recorded as the CA's activator (activatedBy)."""
+    from joinplane import upstream
+
+    _check_ids(tenant_id, pool_id)
+    pending = authorities_db.get_pending(tenant_id, pool_id)
+    if pending is None:
+        raise FailedPrecondition(
+            f"pool {pool_id} has no pending certificate request: "
+            "make one with certificateAuthorities/createCsr",
+            reason=NO_PENDING_CA,
+        )
+    checked = upstream.check_intermediate(
+        certificate_pem, chain_pems, kms_public_key(pending.key_id), clock.now()
+    )
+    # Stored as re-encoded here: one certificate per PEM, no text around it, whatever was sent.
+    certificate = checked.certificate.public_bytes(serialization.Encoding.PEM).decode()
+    chain = [c.public_bytes(serialization.Encoding.PEM).decode() for c in checked.chain]
+    stored = authorities_db.read(tenant_id, pool_id)
+    busy = Unavailable("the pool's CA kept changing; retry")
+    for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
+        now = clock.epoch()
+        try:
+            authorities_db.activate_pending(
+                stored,
+                pending,
+                certificate_pem=certificate,
+                chain_pem=chain,
+                activated_at=clock.rfc3339(now),
+                activated_by=by,
+                retired_at=clock.rfc3339(now),
+                bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+                keep=[ca.ca_id for ca in bundle_of(stored, int(now))[1:]] if stored is not None else [],
+            )
+        except authorities_db.Contended:
+            # A rotation, an expiry or a pool's first CA came between: retire what is active now.
+            stored = authorities_db.read(tenant_id, pool_id)
+            continue
+        except authorities_db.PendingChanged:
+            raise Aborted(
+                f"the pending certificate request of pool {pool_id} was replaced or imported meanwhile"
+            ) from None
+        except authorities_db.PoolNotActive:
+            raise InvalidState(
+                "pool is archived; archived pools cannot be changed", reason=POOL_ARCHIVED
+            ) from None
+        _cache.pop((tenant_id, pool_id), None)
+        fresh = authorities_db.read(tenant_id, pool_id)
+        assert fresh is not None
+        return fresh
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
@@ -625,7 +748,8 @@ def _create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:
     return str(metadata["KeyId"])
 
 
-def _public_key(key_id: str) -> ec.EllipticCurvePublicKey:
+def kms_public_key(key_id: str) -> ec.EllipticCurvePublicKey:
+    """The KMS key's public key (one kms:GetPublicKey), which must be P-256."""
     try:
         response = aws.client("kms").get_public_key(KeyId=key_id)
     except Exception as failure:

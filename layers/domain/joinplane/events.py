@@ -300,19 +300,28 @@ def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
 
 
 def _certificate_authority_event(old: CertificateAuthority | None, new: CertificateAuthority) -> Event | None:
-    # A CA put as `active` is the pool's first (created) or a rotation's (rotated); the retirement of
-    # the one it replaced is the same transaction, not another event. A `pending` CA (a CSR awaiting
-    # its upstream's signature) is not yet an authority; once the bundle lets a retired CA go
-    # (`expired`), that is the CA's last event.
-    if old is None and new.state == "active":
+    # A CA put as `active` is the pool's first (created) or a rotation's (rotated); so is an upstream
+    # CA's import (pending -> active), with `upstream: true`. The retirement of the one it replaced
+    # is the same transaction, not another event. A `pending` CA put is a certificate request
+    # (requested); abandoning it for a newer one is part of that newer request's transaction. Once
+    # the bundle lets a retired CA go (`expired`), that is the CA's last event.
+    decided_by = new.created_by
+    if new.state == "active" and (old is None or old.state == "pending"):
         detail_type = (
             "security.certificate-authority.rotated"
             if new.previous_ca_id
             else "security.certificate-authority.created"
         )
-        occurred_at = new.created_at
+        occurred_at = new.created_at if old is None else new.activated_at or ""
+        decided_by = new.created_by if old is None else new.activated_by or ""
+    elif old is None and new.state == "pending":
+        detail_type, occurred_at = "security.certificate-authority.requested", new.created_at
     elif old is not None and old.state == "retired" and new.state == "expired":
-        detail_type, occurred_at = "security.certificate-authority.expired", new.expired_at or ""
+        detail_type, occurred_at, decided_by = (
+            "security.certificate-authority.expired",
+            new.expired_at or "",
+            "retention",
+        )
     else:
         return None
     return Event(
@@ -324,11 +333,12 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
             "caId": new.ca_id,
             "previousCaId": new.previous_ca_id,
             "kmsKeyId": new.key_id,
-            "upstream": bool(new.chain_pem),
+            # A pending CA is always an upstream one: its request awaits the organisation's CA.
+            "upstream": bool(new.chain_pem) or new.state == "pending",
             "state": new.state,
             "bundleUntil": clock.rfc3339(new.bundle_until) if new.bundle_until is not None else None,
             # The acting API key; `join` for a first CA a join made, `retention` for an expiry.
-            "decidedBy": new.created_by if new.state == "active" else "retention",
+            "decidedBy": decided_by,
         },
     )
 

@@ -167,6 +167,18 @@ ROUTES: tuple[Route, ...] = (
         "joinplane.authorities:CertificateAuthorityRef",
         "CertificateAuthorities",
     ),
+    _operator(
+        "CertificateAuthoritiesFunction",
+        "/api/compute/certificateAuthorities/createCsr",
+        "joinplane.authorities:CertificateAuthorityRef",
+        "CertificateAuthorityRequest",
+    ),
+    _operator(
+        "CertificateAuthoritiesFunction",
+        "/api/compute/certificateAuthorities/importCertificate",
+        "joinplane.authorities:ImportCertificate",
+        "CertificateAuthorities",
+    ),
     # A CA's certificate revocation list (DER), named by its certificates' CRL distribution point:
     # verifiers fetch it without credentials. Its answer is hand-written in the OpenAPI generator.
     Route("GET", "/crl/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.crl", "none"),

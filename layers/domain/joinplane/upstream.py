@@ -29,7 +29,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from joinplane.errors import FailedPrecondition, Internal, InvalidArgument
+from joinplane.errors import (
+    CA_CERTIFICATE_NOT_VALID,
+    CA_KEY_MISMATCH,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+)
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -63,7 +69,7 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
 
     from joinplane import ca, der
 
-    public_key = ca._public_key(key_id)
+    public_key = ca.kms_public_key(key_id)
     spki = public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
@@ -118,7 +124,9 @@ def check_intermediate(
     if certificate.public_key().public_bytes(serialization.Encoding.DER, spki) != kms_public_key.public_bytes(
         serialization.Encoding.DER, spki
     ):
-        raise FailedPrecondition("certificate is not issued for this pool's pending key (see createCsr)")
+        raise FailedPrecondition(
+            "certificate is not issued for this pool's pending key (see createCsr)", reason=CA_KEY_MISMATCH
+        )
 
     _check_issuing_ca(certificate)
     _check_links(certificate, chain)
@@ -223,15 +231,20 @@ def _check_validity(path: tuple[x509.Certificate, ...], now: datetime) -> dateti
         name = "certificate" if index == 0 else f"chain[{index - 1}]"
         if certificate.not_valid_before_utc > now + ca.CLOCK_SKEW:
             raise FailedPrecondition(
-                f"{name} is not valid before {clock.rfc3339(certificate.not_valid_before_utc)}"
+                f"{name} is not valid before {clock.rfc3339(certificate.not_valid_before_utc)}",
+                reason=CA_CERTIFICATE_NOT_VALID,
             )
         if certificate.not_valid_after_utc <= now:
-            raise FailedPrecondition(f"{name} expired at {clock.rfc3339(certificate.not_valid_after_utc)}")
+            raise FailedPrecondition(
+                f"{name} expired at {clock.rfc3339(certificate.not_valid_after_utc)}",
+                reason=CA_CERTIFICATE_NOT_VALID,
+            )
     not_after = min(certificate.not_valid_after_utc for certificate in path)
     if not_after < now + timedelta(seconds=ca.MAX_LIFETIME_SECONDS):
         raise FailedPrecondition(
             f"the chain expires at {clock.rfc3339(not_after)}, sooner than a machine certificate "
-            f"may live ({ca.MAX_LIFETIME_SECONDS // 86400} days): ask for a longer-lived intermediate"
+            f"may live ({ca.MAX_LIFETIME_SECONDS // 86400} days): ask for a longer-lived intermediate",
+            reason=CA_CERTIFICATE_NOT_VALID,
         )
     return not_after
 

@@ -400,6 +400,20 @@ class CertificateAuthority(TypedDict):
 
 
 @with_config(VIEW)
+class CertificateAuthorityRequest(TypedDict):
+    caId: Annotated[str, Field(pattern=r"^ca_[0-9a-z]{26}$")]
+    csr: Annotated[
+        str,
+        Field(
+            description="PKCS#10 request (PEM) for the pool's new KMS key: have the organisation's CA "
+            "sign it as an intermediate (CA:TRUE, pathlen:0, keyCertSign and cRLSign, a "
+            "subjectKeyIdentifier), then importCertificate the result with its chain."
+        ),
+    ]
+    createdAt: Timestamp
+
+
+@with_config(VIEW)
 class CertificateAuthorities(TypedDict):
     active: Annotated[CertificateAuthority, Field(description="The CA that signs new certificates.")]
     bundle: Annotated[
@@ -408,6 +422,12 @@ class CertificateAuthorities(TypedDict):
             description="PEM certificates to trust for the pool's machines: the active CA first, then "
             "every retired CA whose certificates may still be valid, each followed by its chain."
         ),
+    ]
+    pending: NotRequired[
+        Annotated[
+            CertificateAuthorityRequest,
+            Field(description="The certificate request awaiting its signed certificate (createCsr), if any."),
+        ]
     ]
 
 

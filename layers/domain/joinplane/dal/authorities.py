@@ -3,23 +3,33 @@ active CA and the bundle.
 
 - CA       `CA#<caId>` / `CA`: caId, tenantId, siteId, poolId, keyId (the KMS key's id),
            certificatePem, chainPem (the PEMs above it for an upstream CA; [] when self-signed),
-           state (`pending` | `active` | `retired` | `expired`), createdAt, createdBy (the acting
-           API key, or `join` for a pool's first CA made by a join), activatedAt, previousCaId
-           (the CA it replaced), and once retired retiredAt and bundleUntil (epoch seconds: when
-           it leaves the bundle), once expired expiredAt. gsi1 `TENANT#<t>#POOL#<p>#CAS` /
-           `<createdAt>#<caId>` lists a pool's CAs. Its stream INSERT as `active` is the
-           `security.certificate-authority.created` (first) or `.rotated` event.
+           csrPem (an upstream CA's request), state (`pending` | `active` | `retired` | `expired`,
+           or `abandoned`: a request replaced by a newer one before it was imported), createdAt,
+           createdBy (the acting API key, or `join` for a pool's first CA made by a join),
+           activatedAt, previousCaId
+           (the CA it replaced), activatedBy (who imported an upstream CA), and once retired
+           retiredAt and bundleUntil (epoch seconds: when it leaves the bundle), once expired
+           expiredAt. gsi1 `TENANT#<t>#POOL#<p>#CAS` / `<createdAt>#<caId>` lists a pool's CAs. Its
+           stream INSERT as `active` (or an upstream CA's pending -> active) is the
+           `security.certificate-authority.created` (first) or `.rotated` event; its INSERT as
+           `pending` is `.requested`.
 - pointer  `CAPOOL#<tenantId>#<poolId>` / `ACTIVE`: activeCaId, bundle (the caIds of every CA
            whose certificates may still be valid, active first), version (bumped by every write).
            `CAPOOL#`, not `CA#`: a pool's ids could otherwise be read as a caId's.
+- pending  `CAPOOL#<tenantId>#<poolId>` / `PENDING`: pendingCaId, the CA whose CSR awaits the
+           organisation's signature (createCsr). At most one per pool: a new CSR abandons the
+           previous one (pending -> abandoned, its key scheduled for deletion) in the same
+           transaction; an import activates it and deletes the slot in one transaction.
 
 Why the pointer holds the bundle: a join reads the pointer (consistent) and the bundle's items in
 one BatchGetItem (consistent), so a rotation a moment ago is seen whole; a GSI query would be
 eventually consistent and could miss the CA just retired.
 
 Every change is one transaction conditioned on what was read: the first CA (CA item + pointer, both
-absent), a rotation (new CA + old CA active -> retired + pointer at the version read), an expiry
-(retired -> expired + pointer at the version read, dropping the CA from the bundle).
+absent), a rotation (new CA + old CA active -> retired + pointer at the version read), an import
+(pending -> active + the slot deleted + the old CA retired and the pointer at the version read, or
+the pointer created), an expiry (retired -> expired + pointer at the version read, dropping the CA
+from the bundle).
 """
 
 from __future__ import annotations
@@ -60,6 +70,8 @@ ATTRIBUTES = {
     "retired_at": "retiredAt",
     "bundle_until": "bundleUntil",
     "expired_at": "expiredAt",
+    "csr_pem": "csrPem",
+    "activated_by": "activatedBy",
 }
 
 
@@ -69,8 +81,8 @@ class CertificateAuthority(NamedTuple):
     site_id: str
     pool_id: str
     key_id: str
-    certificate_pem: str  # "" while pending (item 3: a CSR awaits its signed certificate)
-    state: str  # "pending" | "active" | "retired" | "expired"
+    certificate_pem: str  # "" while pending (a CSR awaits the organisation's signature)
+    state: str  # "pending" | "active" | "retired" | "expired" | "abandoned"
     created_at: str
     created_by: str
     chain_pem: tuple[str, ...] = ()
@@ -79,6 +91,8 @@ class CertificateAuthority(NamedTuple):
     retired_at: str | None = None
     bundle_until: int | None = None
     expired_at: str | None = None
+    csr_pem: str | None = None
+    activated_by: str | None = None  # who imported an upstream CA (createdBy made its request)
 
     @classmethod
     def from_item(cls, item: Item) -> CertificateAuthority:
@@ -154,6 +168,10 @@ def ca_key(ca_id: str) -> tuple[str, str]:
 
 def pointer_key(tenant_id: str, pool_id: str) -> tuple[str, str]:
     return f"{POINTER_PREFIX}{tenant_id}#{pool_id}", "ACTIVE"
+
+
+def pending_key(tenant_id: str, pool_id: str) -> tuple[str, str]:
+    return f"{POINTER_PREFIX}{tenant_id}#{pool_id}", "PENDING"
 
 
 def get(ca_id: str) -> CertificateAuthority | None:
@@ -245,13 +263,22 @@ def rotate(
     bundle `new` + the retired CA + `keep` (CAs still in the bundle), conditioned on the version
     read: two concurrent rotations cannot both win, so a pool never has two active CAs. The pool
     must still be active (PoolNotActive); Contended otherwise."""
-    from joinplane.dal.pools import pool_key
-
-    old = read_as.active
-    pointer = read_as.pointer
-    bundle = list(dict.fromkeys((new.ca_id, old.ca_id, *keep)))
     writes = [
         dynamo.Write("Put", item=new.to_item(), condition="attribute_not_exists(pk)", name="ca"),
+        *_replacing(read_as, new.ca_id, retired_at=retired_at, bundle_until=bundle_until, keep=keep),
+        _pool_is_active(new.tenant_id, new.pool_id),
+    ]
+    _commit(writes)
+
+
+def _replacing(
+    read_as: Authorities, new_ca_id: str, *, retired_at: str, bundle_until: int, keep: Sequence[str]
+) -> list[dynamo.Write]:
+    """The writes that retire the active CA read and point the pool at `new_ca_id`, at the version read."""
+    old = read_as.active
+    pointer = read_as.pointer
+    bundle = list(dict.fromkeys((new_ca_id, old.ca_id, *keep)))
+    return [
         dynamo.Write(
             "Update",
             *ca_key(old.ca_id),
@@ -275,7 +302,7 @@ def rotate(
             update="SET activeCaId = :new, bundle = :bundle, version = :next",
             condition="activeCaId = :old AND version = :version",
             values={
-                ":new": new.ca_id,
+                ":new": new_ca_id,
                 ":bundle": bundle,
                 ":next": pointer.version + 1,
                 ":old": old.ca_id,
@@ -284,22 +311,140 @@ def rotate(
             name="pointer",
         ),
     ]
-    writes.append(
-        dynamo.Write(
-            "ConditionCheck",
-            *pool_key(pointer.tenant_id, pointer.pool_id),
-            condition="#state = :active",
-            names={"#state": "state"},
-            values={":active": "active"},
-            name="pool",
-        )
+
+
+def _pool_is_active(tenant_id: str, pool_id: str) -> dynamo.Write:
+    from joinplane.dal.pools import pool_key
+
+    return dynamo.Write(
+        "ConditionCheck",
+        *pool_key(tenant_id, pool_id),
+        condition="#state = :active",
+        names={"#state": "state"},
+        values={":active": "active"},
+        name="pool",
     )
+
+
+def _commit(writes: list[dynamo.Write]) -> None:
     try:
         dynamo.transact(writes, conflict_retries=0)
     except dynamo.TransactionCanceled as cancelled:
         if cancelled.lost("pool"):
             raise PoolNotActive() from None
+        if cancelled.lost("pending"):
+            raise PendingChanged() from None
         raise Contended() from None
+
+
+# --- An upstream CA: a pending request, then its import ----------------------------------------------
+
+
+class PendingChanged(Exception):
+    """The pool's pending request is not the one read: another request replaced it, or it was imported."""
+
+
+def get_pending(tenant_id: str, pool_id: str) -> CertificateAuthority | None:
+    """The CA whose request awaits its signed certificate (two consistent reads), or None."""
+    slot = dynamo.get(*pending_key(tenant_id, pool_id))
+    if not slot:
+        return None
+    found = get(slot["pendingCaId"])
+    return found if found is not None and found.state == "pending" else None
+
+
+def put_pending(ca: CertificateAuthority, *, replacing: CertificateAuthority | None) -> None:
+    """One transaction: `ca` (state pending) becomes the pool's pending request; the request it
+    replaces, if any, is abandoned (still pending, and still the slot's: PendingChanged otherwise).
+    The pool must be active (PoolNotActive)."""
+    pk, sk = pending_key(ca.tenant_id, ca.pool_id)
+    slot = {"pk": pk, "sk": sk, "tenantId": ca.tenant_id, "poolId": ca.pool_id, "pendingCaId": ca.ca_id}
+    writes = [dynamo.Write("Put", item=ca.to_item(), condition="attribute_not_exists(pk)", name="ca")]
+    if replacing is None:
+        writes.append(dynamo.Write("Put", item=slot, condition="attribute_not_exists(pk)", name="pending"))
+    else:
+        writes += [
+            dynamo.Write(
+                "Put",
+                item=slot,
+                condition="pendingCaId = :replaced",
+                values={":replaced": replacing.ca_id},
+                name="pending",
+            ),
+            dynamo.Write(
+                "Update",
+                *ca_key(replacing.ca_id),
+                update="SET #state = :abandoned",
+                condition="#state = :pending",
+                names={"#state": "state"},
+                values={":abandoned": "abandoned", ":pending": "pending"},
+                name="pending",
+            ),
+        ]
+    writes.append(_pool_is_active(ca.tenant_id, ca.pool_id))
+    _commit(writes)
+
+
+def activate_pending(
+    read_as: Authorities | None,
+    pending: CertificateAuthority,
+    *,
+    certificate_pem: str,
+    chain_pem: Sequence[str],
+    activated_at: str,
+    activated_by: str,
+    retired_at: str,
+    bundle_until: int,
+    keep: Sequence[str],
+) -> None:
+    """One transaction: the pending CA becomes the pool's active CA with its signed certificate and
+    chain (pending -> active, the slot deleted, both as read: PendingChanged otherwise); the CA
+    `read_as` named is retired and the pointer moved at the version read, or, for a pool that had no
+    CA (`read_as` None), the pointer is created (Contended when a first CA won meanwhile)."""
+    values = {
+        ":active": "active",
+        ":pending": "pending",
+        ":certificate": certificate_pem,
+        ":chain": list(chain_pem),
+        ":at": activated_at,
+        ":by": activated_by,
+    }
+    update = (
+        "SET #state = :active, certificatePem = :certificate, chainPem = :chain, activatedAt = :at, "
+        "activatedBy = :by"
+    )
+    if read_as is not None:
+        update += ", previousCaId = :previous"
+        values[":previous"] = read_as.active.ca_id
+    writes = [
+        dynamo.Write(
+            "Update",
+            *ca_key(pending.ca_id),
+            update=update,
+            condition="#state = :pending",
+            names={"#state": "state"},
+            values=values,
+            name="pending",
+        ),
+        dynamo.Write(
+            "Delete",
+            *pending_key(pending.tenant_id, pending.pool_id),
+            condition="pendingCaId = :ca",
+            values={":ca": pending.ca_id},
+            name="pending",
+        ),
+    ]
+    if read_as is None:
+        pointer = Pointer(pending.tenant_id, pending.pool_id, pending.ca_id, (pending.ca_id,), 1)
+        writes.append(
+            dynamo.Write("Put", item=pointer.to_item(), condition="attribute_not_exists(pk)", name="pointer")
+        )
+    else:
+        writes += _replacing(
+            read_as, pending.ca_id, retired_at=retired_at, bundle_until=bundle_until, keep=keep
+        )
+    writes.append(_pool_is_active(pending.tenant_id, pending.pool_id))
+    _commit(writes)
 
 
 class PoolNotActive(Exception):
