@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,15 @@ from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.render import Column
 
 API = "/api/compute"
+# Each list's id field, what `--quiet` prints.
+_ID_OF = {
+    "requests": "requestId",
+    "joinTokens": "tokenId",
+    "pools": "poolId",
+    "machines": "machineId",
+    "apiKeys": "keyId",
+    "events": "eventId",
+}
 
 
 @dataclass
@@ -23,6 +33,7 @@ class Operator:
     client: Client
     tenant: str
     output: str = "table"
+    quiet: bool = False  # lists: the ids alone, one per line, for `$(...)` in scripts
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -81,6 +92,10 @@ class Operator:
         columns: Sequence[Column],
         empty: str,
     ) -> Exit:
+        if self.quiet:
+            for item in items:
+                print(render.cell(item.get(_ID_OF[key])), file=self.out)
+            return Exit.OK
         if self.json:
             document: dict[str, Any] = {key: items}
             if next_cursor:
@@ -265,6 +280,7 @@ def tokens_create(
     tpm: str | None,
     description: str | None,
     identity: str | None = None,
+    token_out: str | None = None,
 ) -> Exit:
     body = _target(pool, site)
     if ttl is not None:
@@ -279,6 +295,11 @@ def tokens_create(
     if description:
         body["description"] = description
     item, now = op.call("joinTokens/create", body)
+    secret = item.get("token")
+    if token_out:
+        if not isinstance(secret, str) or not secret.startswith("jpt_"):
+            raise CliError("the server's answer holds no join token (jpt_...)")
+        _write_secret(token_out, secret + "\n")
     if op.json:
         render.print_json(item, op.out)
         return Exit.OK
@@ -290,11 +311,29 @@ def tokens_create(
         + (", every join waits for approval." if item.get("requireApproval") else "."),
         file=op.out,
     )
+    if token_out:
+        print(f"The token is in {token_out} (mode 0600; keep it secret). A machine joins with:", file=op.out)
+        print(f"  joinplane join --url {op.client.url} --token-file {token_out} --wait", file=op.out)
+        return Exit.OK
     print("The token (shown only now; keep it secret):", file=op.out)
-    print(f"  {item.get('token')}", file=op.out)
+    print(f"  {secret}", file=op.out)
     print("A machine joins with:", file=op.out)
-    print(f"  joinplane join --url {op.client.url} --token {item.get('token')} --wait", file=op.out)
+    print(f"  joinplane join --url {op.client.url} --token {secret} --wait", file=op.out)
     return Exit.OK
+
+
+def _write_secret(path: str, text: str) -> None:
+    """A secret into a file only its owner reads (a file that exists is replaced, never widened)."""
+    target = Path(path).expanduser()
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(descriptor, 0o600)
+            os.write(descriptor, text.encode())
+        finally:
+            os.close(descriptor)
+    except OSError as failed:
+        raise CliError(f"--token-out {path}: {failed.strerror or failed}", Exit.USAGE) from None
 
 
 def tokens_list(
@@ -565,6 +604,8 @@ def event_subject(event: dict[str, Any]) -> str:
         return str(fields["requestId"])
     if ".machine." in kind and fields.get("machineId"):
         return str(fields["machineId"])
+    if ".join-token." in kind and fields.get("tokenId"):
+        return str(fields["tokenId"])
     for name, value in sorted(fields.items()):
         if name.endswith("Id") and name not in _NOT_SUBJECTS and isinstance(value, str) and value:
             return value

@@ -477,7 +477,7 @@ class Agent:
         # The pool (or, for a site token, the site whose pools may claim it), when the server names it.
         pool, site = request.get("poolId"), request.get("siteId")
         where = f" of pool {pool}" if pool else f" of a pool of site {site}" if site else ""
-        self.say(f"An operator{render.cell(where)} decides it with:")
+        self.say(f"An operator{render.cell(where) if where else ''} decides it with:")
         self.say(f"  joinplane requests approve {request_id}")
         self.say(f"  joinplane requests reject {request_id} --reason '...'")
         if self.o.output == "json":

@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 SHELLS = ("bash", "zsh", "fish")
-_FILES = frozenset({"--dir", "--token-file", "--out", "--certificate", "--chain", "--bundle-out", "--config"})
+_FILES = frozenset(
+    {"--dir", "--token-file", "--token-out", "--out", "--certificate", "--chain", "--bundle-out", "--config"}
+)
 
 
 @dataclass

@@ -109,6 +109,9 @@ def _paging_options() -> argparse.ArgumentParser:
     parent.add_argument("--limit", type=int, help="items per page (server default 100, at most 200)")
     parent.add_argument("--cursor", help="continue after this id (a previous page's nextCursor)")
     parent.add_argument("--all", action="store_true", dest="every", help="follow cursors through every page")
+    parent.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the ids, one per line (e.g. for $(...))"
+    )
     return parent
 
 
@@ -128,7 +131,7 @@ def _operator(args: argparse.Namespace) -> admin.Operator:
     url = _need(args.url, "--url", "JOINPLANE_URL")
     client = Client(url, api_key=_api_key(args), timeout=args.timeout)
     tenant = args.tenant or admin.whoami_tenant(client)
-    return admin.Operator(client, tenant, args.output)
+    return admin.Operator(client, tenant, args.output, quiet=getattr(args, "quiet", False))
 
 
 def _pool(args: argparse.Namespace) -> str:
@@ -228,6 +231,7 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.tpm,
         args.description,
         args.identity,
+        args.token_out,
     )
 
 
@@ -453,6 +457,11 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         help="key: refuse fingerprint-only joins (every machine must send a CSR)",
     )
     create.add_argument("--description", help="a note for people (shown in `tokens list`)")
+    create.add_argument(
+        "--token-out",
+        metavar="FILE",
+        help="write the token to FILE (mode 0600) instead of showing it; join with --token-file FILE",
+    )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list join tokens")
     listing.add_argument("--site", help="a site's tokens instead of --pool's")
     revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke a join token")
