@@ -47,7 +47,7 @@ from joinplane import (
     views,
 )
 from joinplane.clusters import sylve_wire
-from joinplane.routes import ROUTES, Route
+from joinplane.routes import API, Route
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
@@ -1154,7 +1154,7 @@ def _cluster_operation(route: Route) -> Schema:
 
 def routes() -> list[str]:
     """Every path this document describes: the route table's."""
-    return sorted(route.path for route in ROUTES)
+    return sorted(route.path for route in API)
 
 
 def _resolve(dotted: str) -> Any:
@@ -1263,7 +1263,7 @@ def document() -> dict[str, Any]:
     components.schemas["GatewayMessage"] = GATEWAY_MESSAGE
     machine_operations = _machine_operations()
     paths: dict[str, Any] = {}
-    for route in ROUTES:
+    for route in API:
         if route.auth == "api-key":
             operation = _operator_operation(route, components)
         elif route.function == "MachineJoinFunction":
@@ -1287,7 +1287,7 @@ def document() -> dict[str, Any]:
             responses["429"] = {"description": _throttled(route.path), "content": _content(gateway)}
         operation[method]["responses"] = dict(sorted(responses.items()))
         paths[route.path] = {method: _with_table_fields(operation[method], route)}
-    unused = set(DOCS) - {route.operation for route in ROUTES}
+    unused = set(DOCS) - {route.operation for route in API}
     if unused:
         raise ValueError(f"documentation for operations the route table lacks: {sorted(unused)}")
     # AttestorReason is shared by join requests and dry-run join answers.

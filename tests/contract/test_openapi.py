@@ -11,7 +11,7 @@ def test_every_route_of_the_table_is_documented_as_the_table_says() -> None:
         for path, methods in paths.items()
         for method, operation in methods.items()
     }
-    table = {(r.method, r.path, r.operation, str(openapi.SECURITY[r.auth])) for r in routes.ROUTES}
+    table = {(r.method, r.path, r.operation, str(openapi.SECURITY[r.auth])) for r in routes.API}
     assert documented == table
 
 
