@@ -387,13 +387,13 @@ class Agent:
                             "Ask an operator for a new one (`joinplane tokens create`).",
                             Exit.UNAUTHENTICATED,
                         ) from None
-                    waited_out = self.o.service and retryable(failed)
-                    if not (waited_out or (self.o.wait and wait.announced and failed.transient)):
+                    # Waiting (the agent, or join --wait) outlasts a busy or failing server, at boot too.
+                    if not ((self.o.service or self.o.wait) and retryable(failed)) or self._out_of_time(wait):
                         raise
                     self._pause(status, wait, backoff.next(), f"server busy ({failed.code})", jitter=False)
                     continue
                 except Unreachable as down:
-                    if not (self.o.service or (self.o.wait and wait.announced)):
+                    if not (self.o.service or self.o.wait) or self._out_of_time(wait):
                         raise
                     state = f"server unreachable: {down.reason}"
                     self._pause(status, wait, backoff.next(), state, jitter=False)
@@ -441,6 +441,10 @@ class Agent:
             else:
                 self.complain("Interrupted.")
             return Exit.INTERRUPTED
+
+    def _out_of_time(self, wait: _Wait) -> bool:
+        """--max-wait ran out: a server still unreachable or failing then is reported as such."""
+        return self.o.max_wait is not None and wait.elapsed() >= self.o.max_wait
 
     def _pause(
         self, status: StatusLine, wait: _Wait, seconds: float, state: str, *, jitter: bool = True

@@ -141,3 +141,22 @@ def test_sigterm_while_the_server_is_still_down_stops_the_agent_at_once(cli: Cli
     assert stopped_in < 2, stopped_in
     assert {p.name for p in directory.iterdir()} == {"machine.key", "machine.csr"}
     assert _leftovers(tmp_path) == []
+
+
+def test_join_wait_keeps_trying_an_unreachable_server_until_max_wait(cli: Cli, tmp_path: Path) -> None:
+    # Given a server that is down at boot
+    token = cli.new_token(cli.new_pool())
+    with down_until_up(cli.runtime.url) as server:
+        # When a machine joins with --wait and a short --max-wait
+        started = time.monotonic()
+        directory = str(tmp_path / "m")
+        result = cli.run(
+            "join", "--url", server.url, "--token", token, "--dir", directory, "--wait", "--max-wait", "3s"
+        )
+        elapsed = time.monotonic() - started
+
+    # Then it kept trying with backoff, and said the server was unreachable only once out of time
+    assert result.code == 7, result.err
+    assert elapsed >= 3, elapsed
+    assert result.out.count("join: server unreachable: connection refused") >= 2, result.out
+    assert "cannot reach" in result.err
