@@ -140,13 +140,6 @@ unexpected-methods = []
 include-operation-id = "certificateAuthorities.importCertificate"
 checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
 
-# importCertificate: what makes a certificate importable (for the pool's pending key, a CA, chaining
-# to a root) cannot be said in JSON Schema, so a schema-valid body is refused with 400, as documented
-# (and tests/ca/test_upstream_api.py checks each refusal with openssl-made certificates).
-[[operations]]
-include-operation-id = "certificateAuthorities.importCertificate"
-checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
-
 [auth.openapi.apiKey]
 bearer = {json.dumps(key)}
 
