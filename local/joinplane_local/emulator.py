@@ -13,6 +13,12 @@ old table's shard (which shard iterators keep reading: phantom events, then sile
 writes go to a shard nobody reads. DynamoDB writes nothing for a cancelled transaction. The fix
 keeps the original table object, restores its items from moto's copy, and drops the failed
 attempt's stream records.
+
+KMS's Sign is the third: moto 5.2.5 ignores `MessageType`, so it hashes a DIGEST message again
+(its signature verifies over SHA-256 of the digest, never the message) and signs RAW messages of
+any size. Real KMS signs a DIGEST as the hash it is and refuses RAW messages over 4096 bytes; the
+patch below does both, for the ECC keys Joinplane's CAs use, so that CRLs too large to sign RAW
+are signed here as they are in AWS.
 """
 
 from __future__ import annotations
@@ -183,12 +189,61 @@ def _bound_stream_iterators() -> None:
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
 
 
+# What real KMS signs as MessageType=RAW, at most (KMS API reference, Sign: Message).
+KMS_MAX_RAW_MESSAGE = 4096
+
+
+def _kms_sign_message_types() -> None:
+    import base64
+    import json
+
+    from moto.kms.exceptions import ValidationException
+    from moto.kms.responses import KmsResponse
+
+    original = KmsResponse.sign
+    if getattr(original, "_joinplane_message_types", False):
+        return
+
+    @functools.wraps(original)
+    def sign(self: Any) -> str:
+        message_type = self._get_param("MessageType") or "RAW"
+        message = self._get_param("Message") or b""  # moto's _get_param decodes the base64
+        if message_type == "RAW" and len(message) > KMS_MAX_RAW_MESSAGE:
+            raise ValidationException(
+                f"Message of {len(message)} bytes is longer than {KMS_MAX_RAW_MESSAGE}: use DIGEST"
+            )
+        if message_type != "DIGEST":
+            return original(self)
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec, utils
+
+        algorithm = self._get_param("SigningAlgorithm")
+        if algorithm != "ECDSA_SHA_256" or len(message) != 32:
+            raise ValidationException("Digest is invalid length for algorithm " + str(algorithm))
+        key = self.kms_backend.describe_key(self._get_param("KeyId"))
+        private_key = getattr(key.private_key, "private_key", None)
+        if not isinstance(private_key, ec.EllipticCurvePrivateKey):
+            raise ValidationException("the emulator signs DIGEST messages with ECC keys only")
+        signature = private_key.sign(message, ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+        return json.dumps(
+            {
+                "KeyId": key.arn,
+                "Signature": base64.b64encode(signature).decode(),
+                "SigningAlgorithm": algorithm,
+            }
+        )
+
+    sign._joinplane_message_types = True  # type: ignore[attr-defined]
+    KmsResponse.sign = sign  # type: ignore[method-assign]
+
+
 def start(port: int = 0) -> Emulator:
     """Start moto on 127.0.0.1 (port 0: any free port) in this process."""
     from moto.server import ThreadedMotoServer
 
     _make_dynamodb_requests_atomic()
     _bound_stream_iterators()
+    _kms_sign_message_types()
     # Werkzeug logs every request at INFO; the local runtime polls many times a second.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

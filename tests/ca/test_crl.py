@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 
-from joinplane import aws, clock, container, crl
+from joinplane import aws, ca, clock, container, crl
 from joinplane.dal import dynamo, revocations
 from joinplane_local.runtime import Runtime
 from tests.support import call, join, openssl_csr, release_together
@@ -235,6 +236,31 @@ def test_a_machine_may_hold_at_most_sixteen_valid_certificates(token: str, tmp_p
         assert renew_same_key(machine, directory, at_clock=True).status == 200
     finally:
         container.reset(keep_clients=True)
+
+
+def test_a_crl_too_large_for_a_raw_kms_signature_is_signed_as_a_digest(
+    admin_key: str, token: str, tmp_path: Path, kms_signs: list[str]
+) -> None:
+    # Given a CA with 150 revoked certificates that have not expired (as revocations list them)
+    directory = tmp_path / "m"
+    machine = admitted(token, directory)
+    ca_id = crl_url_of(machine["certificate"]).rsplit("/", 1)[1]
+    expires, at = int(clock.epoch()) + 86400, clock.rfc3339(clock.now())
+    for _ in range(150):
+        serial = format(secrets.randbits(158) | 1 << 158, "x")
+        dynamo.put(revocations.Revoked(ca_id, serial, at, "unspecified", expires).to_item())
+    # When one more machine is revoked (its CRL rebuilt at once: one kms:Sign)
+    kms_signs.clear()
+    revoke(admin_key, machine)
+    assert len(kms_signs) == 1
+    # Then the CRL's to-be-signed part is over KMS's 4096-byte RAW limit, and it still verifies
+    crl_pem = fetched_crl(machine["certificate"], directory)
+    listed = x509.load_pem_x509_crl(crl_pem.read_bytes())
+    assert len(listed.tbs_certlist_bytes) > ca.MAX_TBS_BYTES and len(listed) == 151
+    checked = openssl("crl", "-in", str(crl_pem), "-CAfile", str(directory / "ca.crt"), "-noout")
+    assert "verify OK" in checked.stdout + checked.stderr
+    result = verify_with_crl(directory, crl_pem)
+    assert "certificate revoked" in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ and DynamoDB) and with the openssl CLI, as a machine or a verifier would."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -401,3 +402,28 @@ def test_eight_concurrent_rotations_make_exactly_one_new_active_ca(csrs: Csrs, p
     assert len(walked) == len(won) + 1
     assert stored(pool).active.ca_id == walked[-1]
     assert stored(pool).pointer.bundle == tuple(reversed(walked))
+
+
+def test_the_emulator_signs_as_kms_does_raw_up_to_4096_bytes_and_digests_as_hashes(table: str) -> None:
+    # Given a P-256 signing key in the emulator's KMS
+    client = aws.client("kms")
+    key_id = client.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"]["KeyId"]
+    public_key = serialization.load_der_public_key(bytes(client.get_public_key(KeyId=key_id)["PublicKey"]))
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    message = b"x" * 5000
+
+    def signed(body: bytes, kind: str) -> bytes:
+        reply = client.sign(KeyId=key_id, Message=body, MessageType=kind, SigningAlgorithm="ECDSA_SHA_256")
+        return bytes(reply["Signature"])
+
+    # Then a RAW message over 4096 bytes is refused, as KMS refuses it
+    with pytest.raises(client.exceptions.ClientError, match="4096"):
+        signed(message, "RAW")
+    # And the SHA-256 of it, sent as a DIGEST, is signed as that message's signature
+    from cryptography.hazmat.primitives import hashes
+
+    public_key.verify(signed(hashlib.sha256(message).digest(), "DIGEST"), message, ec.ECDSA(hashes.SHA256()))
+    # And ca.kms_sign_tbs takes that path by itself for a TBS over the limit
+    public_key.verify(ca.kms_sign_tbs(key_id, message), message, ec.ECDSA(hashes.SHA256()))
+    # And a RAW message at the limit is signed as before
+    public_key.verify(signed(message[:4096], "RAW"), message[:4096], ec.ECDSA(hashes.SHA256()))

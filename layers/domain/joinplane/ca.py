@@ -374,12 +374,16 @@ _throwaway: list[ec.EllipticCurvePrivateKey] = []
 def kms_sign_tbs(key_id: str, tbs: bytes) -> bytes:
     """The DER ECDSA-SHA256 signature of `tbs` by the KMS key: one kms:Sign. For any TBS (a
     certificate's, a CRL's `tbs_certlist_bytes`, a CSR's `tbs_certrequest_bytes`); wrap it with
-    `der.signed(tbs, der.ECDSA_WITH_SHA256, signature)`."""
+    `der.signed(tbs, der.ECDSA_WITH_SHA256, signature)`. KMS signs RAW messages of at most 4096
+    bytes; a larger TBS (a CRL of a hundred or more entries) is sent as its SHA-256 digest, which
+    ECDSA_SHA_256 signs exactly as it would have hashed the message."""
     if len(tbs) > MAX_TBS_BYTES:
-        raise Internal(f"a {len(tbs)}-byte TBS is more than KMS signs ({MAX_TBS_BYTES} bytes)")
+        message, message_type = hashlib.sha256(tbs).digest(), "DIGEST"
+    else:
+        message, message_type = tbs, "RAW"
     try:
         response = aws.client("kms").sign(
-            KeyId=key_id, Message=tbs, MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256"
+            KeyId=key_id, Message=message, MessageType=message_type, SigningAlgorithm="ECDSA_SHA_256"
         )
     except Exception as failure:
         _raise_if_unavailable(failure)
