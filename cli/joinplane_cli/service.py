@@ -13,6 +13,7 @@ way finishes (or fails) first, so DIR is always one whole identity.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -125,8 +126,12 @@ class Service:
         self.o = options
         self.stopper = stopper
 
-    def say(self, text: str) -> None:
-        print(text, file=self.o.out, flush=True)
+    def say(self, text: str, **event: object) -> None:
+        """A line for people, or with -o json one JSON object per line (`event` names what happened)."""
+        if self.o.output == "json":
+            print(json.dumps(event, separators=(",", ":")), file=self.o.out, flush=True)
+        else:
+            print(text, file=self.o.out, flush=True)
 
     def run(self) -> Exit:
         try:
@@ -137,7 +142,12 @@ class Service:
 
     def _stopped(self) -> Exit:
         name = signal.Signals(self.stopper.signum).name if self.stopper.signum else "a stop request"
-        self.say(f"Stopped ({name}); {self.o.directory} holds a whole identity or none.")
+        self.say(
+            f"Stopped ({name}); {self.o.directory} holds a whole identity or none.",
+            event="stopped",
+            signal=name,
+            directory=str(self.o.directory),
+        )
         # systemd's stop is not a failure; Ctrl-C at a terminal reads as the interruption it is.
         return Exit.INTERRUPTED if self.stopper.signum == signal.SIGINT else Exit.OK
 
@@ -149,11 +159,12 @@ class Service:
             raise CliError(f"{directory}: {failed.strerror or failed}", Exit.USAGE) from None
         if not joined(directory):
             code = self._join()
+            if code == Exit.OK:
+                self._hook("joined")  # also when a stop came meanwhile: the identity did change
             if self.stopper.stopping:
                 return self._stopped()
             if code != Exit.OK:
                 return code
-            self._hook("joined")
         backoff = agent.Backoff()
         due: float | None = None
         while True:
@@ -164,7 +175,11 @@ class Service:
                 self.say(
                     f"Certificate of {certificate.machine_id} expires {expires} "
                     f"({render.until(expires, now)}); renewing at "
-                    f"{render.rfc3339(due)} ({render.until(render.rfc3339(due), now)})."
+                    f"{render.rfc3339(due)} ({render.until(render.rfc3339(due), now)}).",
+                    event="scheduled",
+                    machineId=certificate.machine_id,
+                    certificateExpiresAt=expires,
+                    renewAt=render.rfc3339(due),
                 )
             if self._sleep_until(due):
                 return self._stopped()

@@ -121,10 +121,12 @@ def test_sigterm_while_the_server_is_still_down_stops_the_agent_at_once(cli: Cli
     token = cli.new_token(pool)
     directory = tmp_path / "machine"
     with down_until_up(cli.runtime.url) as server:
-        agent = cli.start("agent", "--url", server.url, "--token", token, "--dir", str(directory))
-        out = Lines(agent.stdout)  # type: ignore[arg-type]
+        agent = cli.start(
+            "agent", "--url", server.url, "--token", token, "--dir", str(directory), "-o", "json"
+        )
+        out, err = Lines(agent.stdout), Lines(agent.stderr)  # type: ignore[arg-type]
         try:
-            out.wait_for(r"server unreachable", 15)
+            err.wait_for(r"server unreachable", 15)  # progress goes to stderr: stdout is JSON
 
             # When a service manager stops it
             started = time.monotonic()
@@ -136,9 +138,14 @@ def test_sigterm_while_the_server_is_still_down_stops_the_agent_at_once(cli: Cli
                 agent.kill()
                 agent.wait()
 
-    # Then it exits 0 within a second, keeping only its key and CSR for the next start
+    # Then it exits 0 within a second, saying so in JSON, keeping only its key and CSR for the next start
     assert code == 0
     assert stopped_in < 2, stopped_in
+    assert json.loads(out.text().splitlines()[-1]) == {
+        "event": "stopped",
+        "signal": "SIGTERM",
+        "directory": str(directory),
+    }
     assert {p.name for p in directory.iterdir()} == {"machine.key", "machine.csr"}
     assert _leftovers(tmp_path) == []
 
