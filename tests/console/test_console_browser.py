@@ -1,4 +1,4 @@
-"""Issue 13 in a real browser: Debian's Chromium against the local runtime, as an operator uses
+"""The operator console in a real browser: Debian's Chromium against the local runtime, as an operator uses
 the console: sign in, the queue across pools, approve, reject on a phone, a wrong key, the other
 views, keyboard only, and axe-core finding no serious or critical accessibility violation."""
 

@@ -1,4 +1,4 @@
-"""The console's page and files as the HTTP API serves them (issue 13): strict headers, caching that
+"""The console's page and files as the HTTP API serves them: strict headers, caching that
 never mixes two deployments, and nothing but the console's own files, whatever the path says."""
 
 from __future__ import annotations

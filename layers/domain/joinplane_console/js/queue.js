@@ -4,7 +4,7 @@ import { announce, clear, field, h, row, select, table } from "./dom.js";
 import { badge, resources, when } from "./format.js";
 
 export const title = "Approval queue";
-// How often the queue asks the API again (the issue asks for at most 10 s).
+// How often the queue asks the API again: within 10 s of a change, an operator sees it.
 export const REFRESH_MS = 5000;
 const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
 const TTLS = [
