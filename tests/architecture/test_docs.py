@@ -1,0 +1,80 @@
+"""The docs speak to users: README.md, ARCHITECTURE.md and every docs/*.md use none of the words
+of how the project is run ("the brief", "seed 002", "issue 2", "item 3") and point at nothing
+outside the repository; every relative link reaches a file of the repository (and, for a page, a
+heading it has). The wire contracts are named by their public names (docs/contracts.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.markdown import broken_links, internal_words, user_docs
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = user_docs(ROOT)
+
+
+def test_the_pages_checked_are_the_ones_a_user_reads() -> None:
+    # Given the repository's Markdown for users
+    names = [str(page.relative_to(ROOT)) for page in PAGES]
+    # Then the README, the architecture page and the contracts page are among them, and every one exists
+    assert {"README.md", "ARCHITECTURE.md", "docs/contracts.md", "docs/join.md"} <= set(names)
+    assert all(page.is_file() for page in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_no_internal_words(page: Path) -> None:
+    # Given a page a user reads
+    text = page.read_text()
+    # When it is searched for the project's internal words
+    found = internal_words(text)
+    # Then there are none
+    assert found == [], f"{page.relative_to(ROOT)}: {found}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_resolves_inside_the_repository(page: Path) -> None:
+    # Given a page a user reads
+    # When its links and its ../ paths are followed
+    problems = broken_links(page, ROOT)
+    # Then each reaches a file of the repository, and a heading of it when it names one
+    assert problems == [], f"{page.relative_to(ROOT)}: {problems}"
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    # Given a page in a repository with every kind of fault, and one without any
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "other.md").write_text("# Other page\n\n## Known (heading) `here`\n")
+    bad = tmp_path / "docs" / "bad.md"
+    bad.write_text(
+        "# Bad\n"
+        "As the Brief says, see seed 002 (`../../shared/seeds/002_…`) and Issue 14, item 4.\n"
+        "[gone](missing.md), [out](../../elsewhere.md), [abs](/docs/other.md),\n"
+        "[no heading](other.md#nowhere), [here](#nowhere-here)\n"
+    )
+    good = tmp_path / "docs" / "good.md"
+    good.write_text(
+        "# Good\n"
+        "levers9's JoinMachine; an issued certificate; an item of the table; `.../approve`.\n"
+        "[other](other.md#known-heading-here), [top](#good), [web](https://example.com/x.md#y),\n"
+        "![picture](other.md)\n"
+        "```\n[not a link](missing.md)\n```\n"
+    )
+    # When both are checked
+    words = internal_words(bad.read_text())
+    problems = broken_links(bad, tmp_path)
+    # Then every fault of the first is reported, and nothing of the second
+    expected_words = ["the Brief", "seed 0", "../shared/seeds", "Issue 1", "item 4"]
+    assert [w.split(": ", 1)[1] for w in words] == expected_words
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "../../shared/seeds/002_ is outside the repository",
+        "../../elsewhere.md is outside the repository",
+        "missing.md does not exist",
+        "../../elsewhere.md is outside the repository",
+        "/docs/other.md is absolute; link relative to the page",
+        "other.md#nowhere: other.md has no heading #nowhere",
+        "#nowhere-here: bad.md has no heading #nowhere-here",
+    ]
+    assert internal_words(good.read_text()) == []
+    assert broken_links(good, tmp_path) == []
