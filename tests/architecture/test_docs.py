@@ -1,7 +1,7 @@
 """The docs speak to users: README.md, ARCHITECTURE.md and every docs/*.md use none of the words
-of how the project is run ("the brief", "seed 002", "issue 2", "item 3") and point at nothing
-outside the repository; every relative link reaches a file of the repository (and, for a page, a
-heading it has). The wire contracts are named by their public names (docs/contracts.md)."""
+of how the project is run ("the brief", "seed 002", "the seeds", "issue 2", "item 3") and point at
+nothing outside the repository; every relative link reaches a file of the repository (and, for a
+page, a heading it has). The wire contracts are named by their public names (docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     bad.write_text(
         "# Bad\n"
         "As the Brief says, see seed 002 (`../../shared/seeds/002_…`) and Issue 14, item 4.\n"
+        "Where the seeds are silent, seed-exact schemas answer.\n"
         "[gone](missing.md), [out](../../elsewhere.md), [abs](/docs/other.md),\n"
         "[no heading](other.md#nowhere), [here](#nowhere-here)\n"
     )
@@ -57,6 +58,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     good.write_text(
         "# Good\n"
         "levers9's JoinMachine; an issued certificate; an item of the table; `.../approve`.\n"
+        "make run seeds tenant dev; schemathesis runs with a fixed seed.\n"
         "[other](other.md#known-heading-here), [top](#good), [web](https://example.com/x.md#y),\n"
         "![picture](other.md)\n"
         "```\n[not a link](missing.md)\n```\n"
@@ -65,7 +67,15 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     words = internal_words(bad.read_text())
     problems = broken_links(bad, tmp_path)
     # Then every fault of the first is reported, and nothing of the second
-    expected_words = ["the Brief", "seed 0", "../shared/seeds", "Issue 1", "item 4"]
+    expected_words = [
+        "the Brief",
+        "seed 0",
+        "../shared/seeds",
+        "Issue 1",
+        "item 4",
+        "the seeds",
+        "seed-exact",
+    ]
     assert [w.split(": ", 1)[1] for w in words] == expected_words
     assert [p.split(": ", 1)[1] for p in problems] == [
         "../../shared/seeds/002_ is outside the repository",
