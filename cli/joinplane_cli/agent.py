@@ -390,13 +390,14 @@ class Agent:
                     # Waiting (the agent, or join --wait) outlasts a busy or failing server, at boot too.
                     if not ((self.o.service or self.o.wait) and retryable(failed)) or self._out_of_time(wait):
                         raise
-                    self._pause(status, wait, backoff.next(), f"server busy ({failed.code})", jitter=False)
+                    busy = f"server busy ({failed.code})"
+                    self._pause(status, wait, self._retry_in(backoff, wait), busy, jitter=False)
                     continue
                 except Unreachable as down:
                     if not (self.o.service or self.o.wait) or self._out_of_time(wait):
                         raise
                     state = f"server unreachable: {down.reason}"
-                    self._pause(status, wait, backoff.next(), state, jitter=False)
+                    self._pause(status, wait, self._retry_in(backoff, wait), state, jitter=False)
                     continue
                 if response.status == 200 and response.body.get("ok"):
                     status.done()
@@ -441,6 +442,13 @@ class Agent:
             else:
                 self.complain("Interrupted.")
             return Exit.INTERRUPTED
+
+    def _retry_in(self, backoff: Backoff, wait: _Wait) -> float:
+        """The next backoff pause, cut short where --max-wait ends."""
+        delay = backoff.next()
+        if self.o.max_wait is not None:
+            delay = min(delay, max(self.o.max_wait - wait.elapsed(), 0.0))
+        return delay
 
     def _out_of_time(self, wait: _Wait) -> bool:
         """--max-wait ran out: a server still unreachable or failing then is reported as such."""
