@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+from joinplane import routes
 from joinplane.routes import ROUTES
 from joinplane_local.template import ROOT, load
 
@@ -94,8 +95,12 @@ def test_every_operation_documents_the_throttles_429() -> None:
             schema = answer["content"]["application/json"]["schema"]
             refs = [schema.get("$ref")] + [s["$ref"] for s in schema.get("oneOf", [])]
             assert "#/components/schemas/GatewayMessage" in refs, (method, path)
-    # And the routes with limits of their own name their parameters
+    # And the routes with limits of their own name their parameters (the console's page and files
+    # have buckets too, but are not in the document: joinplane.routes.API)
+    documented = {f"{r.method} {r.path}" for r in routes.API}
     for key, throttle in API["RouteSettings"].items():
+        if key not in documented:
+            continue
         method, path = key.split(" ", 1)
         described = document["paths"][path][method.lower()]["responses"]["429"]["description"]
         assert throttle["ThrottlingRateLimit"]["Ref"] in described, key

@@ -26,7 +26,7 @@ def test_every_function_logs_to_its_own_log_group_kept_for_the_retention_paramet
         assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}, name
         groups.append(reference["Ref"])
     # And no two functions share one (a log group tells whose lines these are)
-    assert len(groups) == len(set(groups)) == len(FUNCTIONS) == 16
+    assert len(groups) == len(set(groups)) == len(FUNCTIONS) == 17
 
 
 def test_log_retention_is_a_parameter_cloudwatch_accepts() -> None:

@@ -7,6 +7,7 @@ the layer's requirements, or a handler that only works from the source tree, fai
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -163,6 +164,14 @@ def _cluster_preflight(key: str) -> dict[str, Any]:
     return http_event("/cluster/accept-join", json.dumps(body), {"x-cluster-key": cluster_key["clusterKey"]})
 
 
+def _console_page(key: str) -> dict[str, Any]:
+    """GET /console: the page is read from the layer's joinplane_console/ folder."""
+    event = http_event("/console", "")
+    event["routeKey"] = event["requestContext"]["routeKey"] = "GET /console"
+    event["requestContext"]["http"]["method"] = "GET"
+    return event
+
+
 def _ok(result: dict[str, Any], key: str = "") -> bool:
     body = json.loads(result["body"])
     return result["statusCode"] == 200 and (not key or key in body)
@@ -261,6 +270,12 @@ CASES: dict[str, Case] = {
         _cluster_preflight,
         lambda r: (
             r["statusCode"] == 200 and json.loads(r["body"])["message"] == "cluster_join_preflight_passed"
+        ),
+    ),
+    "ConsoleFunction": (
+        _console_page,
+        lambda r: (
+            r["statusCode"] == 200 and b"<title>Joinplane console</title>" in base64.b64decode(r["body"])
         ),
     ),
     "RetentionFunction": (
