@@ -116,6 +116,13 @@ def load_profile(path: Path, profile: str | None, *, explicit: bool) -> dict[str
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise CliError(f"config file {path}: [{name}] {key} must be a string", Exit.USAGE)
         settings[key] = str(value)
+    if "timeout" in settings:
+        try:
+            seconds(settings["timeout"])
+        except argparse.ArgumentTypeError as bad:
+            raise CliError(f"config file {path}: [{name}] timeout: {bad}", Exit.USAGE) from None
+    if settings.get("output", "table") not in ("table", "json"):
+        raise CliError(f"config file {path}: [{name}] output must be table or json", Exit.USAGE)
     if "api-key-file" in settings:
         key_file = Path(settings.pop("api-key-file")).expanduser()
         try:

@@ -110,3 +110,33 @@ def test_every_shells_script_knows_every_command(shell: str) -> None:
         assert f"complete -c joinplane -n '{condition}' -l state -xa '{states}'" in text
     if shell == "zsh":
         assert text.startswith("# joinplane completion for zsh") and "bashcompinit" in text
+
+
+@pytest.mark.parametrize(
+    ("profile", "said"),
+    [
+        ('timeout = "soon"', "[default] timeout: 'soon' is not a duration"),
+        ('output = "yaml"', "[default] output must be table or json"),
+        ('colour = "blue"', "[default] has an unknown key 'colour'"),
+        ("url = [1, 2]", "[default] url must be a string"),
+        ("url = ", "is not TOML"),
+    ],
+)
+def test_a_config_file_that_cannot_be_used_is_a_usage_error_not_a_traceback(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    profile: str,
+    said: str,
+) -> None:
+    # Given a default profile with one bad setting
+    config = tmp_path / "config.toml"
+    config.write_text(f"[default]\n{profile}\n")
+    monkeypatch.setenv("JOINPLANE_CONFIG", str(config))
+    # When any command runs
+    code = main.main(["pools", "list", "--url", "http://127.0.0.1:9", "--api-key", "jpk_x", "--tenant", "t"])
+    # Then it stops before sending anything, saying what is wrong where
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert said in err and str(config) in err
+    assert "Traceback" not in err
