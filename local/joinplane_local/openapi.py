@@ -70,7 +70,10 @@ TAGS = {
     "apiKeys": ("API keys", "Keys for the operator API; each carries grants `PERMISSION@SCOPE`."),
     "pools": ("Pools", "Compute pools: where machines land, and the bootstrap they are handed."),
     "joinTokens": ("Join tokens", "Secrets that let machines ask to join one pool or one site."),
-    "joinRequests": ("Join requests", "The approval queue for deferred joins (seed 001)."),
+    "joinRequests": (
+        "Join requests",
+        "The approval queue for deferred joins (the compute platform's joinRequests API).",
+    ),
     "machines": ("Machines", "Admitted machines: list, inspect, revoke."),
     "discovery": ("Discovery", "A site's inventory of expected machines (the `discovery` attestor)."),
     "tpmAllowList": ("TPM allow-lists", "TPM endorsement keys a site expects (the `tpm` attestor)."),
@@ -79,9 +82,9 @@ TAGS = {
         "Certificate authorities",
         "Each pool's CA: a KMS key that never leaves KMS, its rotation and the trust bundle.",
     ),
-    "clusters": ("Clusters", "Cluster keys, members and the guest-identity registry (seed 000)."),
-    "join": ("Machine join (seed 002)", "What a machine agent calls: levers9's grpc-gateway JSON."),
-    "cluster": ("Cluster join (seed 000)", "What a Sylve node calls on its leader."),
+    "clusters": ("Clusters", "Cluster keys, members and the guest-identity registry (Sylve's accept-join)."),
+    "join": ("Machine join (levers9)", "What a machine agent calls: levers9's grpc-gateway JSON."),
+    "cluster": ("Cluster join (Sylve)", "What a Sylve node calls on its leader."),
 }
 
 EXAMPLE_TOKEN_ID = "jtok_01m8nz6smg0chzvz0b58z6hma5"
@@ -649,7 +652,7 @@ def _join_request() -> Schema:
     }
     return _object(
         properties,
-        "Seed 002's `controlplaneJoinMachineRequest` plus Joinplane's additive fields (`csr`, "
+        "levers9's `controlplaneJoinMachineRequest` plus Joinplane's additive fields (`csr`, "
         "`hardware`, `tpm`, `dryRun`). Fields may also be named by their proto names (`cpu_count`), "
         "not both; unknown fields are refused (code 3).",
     )
@@ -724,7 +727,7 @@ def _join_schemas() -> dict[str, Schema]:
                     "description": "dry run: every attestor's vote",
                 },
             },
-            "Seed 002's `controlplaneJoinMachineResponse`, every field emitted (EmitUnpopulated), "
+            "levers9's `controlplaneJoinMachineResponse`, every field emitted (EmitUnpopulated), "
             "plus Joinplane's additive fields.",
             required=[
                 "ok",
@@ -929,7 +932,7 @@ def _machine_operations() -> dict[str, Schema]:
             "post": {
                 "tags": [TAGS["join"][0]],
                 "summary": "Join machine",
-                "description": "Seed 002's JoinMachine. 200: admitted (`ok: true`, identity and "
+                "description": "levers9's JoinMachine. 200: admitted (`ok: true`, identity and "
                 "bootstrap). 202: deferred to an operator (`joinRequest`); retry with the same key "
                 "after `retryAfterSeconds`. A join that hands out credentials for an identity that "
                 "already exists needs `Joinplane-Proof`. See docs/join.md.",
@@ -957,9 +960,9 @@ def _machine_operations() -> dict[str, Schema]:
             "post": {
                 "tags": [TAGS["join"][0]],
                 "summary": "Renew a machine's certificate",
-                "description": "Joinplane's extension of seed 002: a new certificate for the machine "
-                "token's machine; the key may change (sign the proof with the old key and send it as "
-                "`key=`). Needs `Joinplane-Proof`.",
+                "description": "Joinplane's extension of levers9's JoinMachine: a new certificate for "
+                "the machine token's machine; the key may change (sign the proof with the old key and "
+                "send it as `key=`). Needs `Joinplane-Proof`.",
                 "parameters": [PROOF_HEADER],
                 "requestBody": {
                     "required": True,
@@ -1075,7 +1078,7 @@ def _sylve_schemas() -> dict[str, Schema]:
         },
         "SylveAcceptJoinRequest": {
             "type": "object",
-            "description": "Seed 000's `InternalHandlersClusterAcceptJoinRequest`, read as Go's "
+            "description": "Sylve's `InternalHandlersClusterAcceptJoinRequest`, read as Go's "
             "encoding/json reads it: names match case-insensitively, unknown fields are ignored, "
             "`null` leaves a field unset.",
             "required": ["nodeId", "nodeIp", "nodeVersion"],
@@ -1125,9 +1128,9 @@ def _cluster_operation(route: Route) -> Schema:
         "post": {
             "tags": [TAGS["cluster"][0]],
             "summary": "Accept Join" + (" (Sylve's /api path)" if alias else ""),
-            "description": "Seed 000: accept a join request from a cluster node, authenticated by the "
-            "pool's cluster key. The order is the contract: credential (403/401), size (413), body "
-            "(400), then the leader's checks (409)."
+            "description": "Sylve's accept-join: accept a join request from a cluster node, "
+            "authenticated by the pool's cluster key. The order is the contract: credential "
+            "(403/401), size (413), body (400), then the leader's checks (409)."
             + (" The same endpoint at the path a Sylve node posts to." if alias else ""),
             "requestBody": {
                 "required": True,
@@ -1300,12 +1303,13 @@ def document() -> dict[str, Any]:
             "title": "Joinplane API",
             "version": "0.1.0",
             "description": "A serverless machine-join control plane. Three dialects, each byte for "
-            "byte its seed's: the operator API (`/api/compute/...`: RPC over POST, JSON bodies, "
+            "byte the published contract's: the operator API (`/api/compute/...`: RPC over POST, "
+            "JSON bodies, "
             '`Authorization: Bearer jpk_...`, errors `{"error": {code, message, details}}`; bodies '
             f"over {operator_api.MAX_BODY_BYTES // 1024} KiB are 413 before parsing, unknown fields "
             "INVALID_ARGUMENT, and a JSON number that is a whole number is an integer); machine "
-            "join and renew (seed 002, grpc-gateway JSON, `rpcStatus` errors); and Sylve's cluster "
-            "accept-join (seed 000). Integers are JSON numbers; timestamps RFC 3339 UTC with `Z`.",
+            "join and renew (levers9's JoinMachine, grpc-gateway JSON, `rpcStatus` errors); and "
+            "Sylve's cluster accept-join. Integers are JSON numbers; timestamps RFC 3339 UTC with `Z`.",
         },
         "servers": [
             {"url": "http://127.0.0.1:3000", "description": "`make run`: the local runtime"},
