@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import datetime
 import http.server
+import io
 import json
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +22,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from joinplane import errors, join_wire
-from joinplane_cli import agent, main, statedir
-from joinplane_cli.exits import Exit
+from joinplane_cli import agent, main, service, statedir
+from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.keys import MachineKey
-from tests.support import serving
+from tests.support import serving, wait_until
 
 MACHINE_ID = "mach_01m8p07pmqayq5j17a974pa5nd"
 MACHINE_TOKEN = "jpm_01m8p07pmqayq5j17a974pa5nd_0123456789abcdefghjkmnpqrstvwxyz"
@@ -687,3 +690,106 @@ def test_a_renewal_refusal_exits_with_the_code_of_its_reason(
     # Then the exit code is the documented one, and the machine's directory is as it was
     assert code == exit_code, err
     assert snapshot(directory) == before
+
+
+# --- the agent service: retries, permanent refusals --------------------------------------------
+
+
+def _due_now(directory: Path) -> None:
+    """Give DIR's machine a certificate past two thirds of its life (issued 2 h ago, 10 min left)."""
+    request = x509.load_pem_x509_csr((directory / statedir.CSR).read_bytes())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, MACHINE_ID)])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(_CA_NAME)
+        .public_key(request.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=2))
+        .not_valid_after(now + datetime.timedelta(minutes=10))
+        .sign(_CA_KEY, hashes.SHA256())
+    )
+    files = {name: (directory / name).read_bytes() for name in statedir.OURS}
+    files[statedir.CERTIFICATE] = certificate.public_bytes(serialization.Encoding.PEM)
+    statedir.commit(directory, {name: statedir.content(name, data) for name, data in files.items()})
+
+
+def _service(
+    directory: Path, hooks: Path
+) -> tuple[service.Service, service.Stopper, io.StringIO, io.StringIO]:
+    out, err, stopper = io.StringIO(), io.StringIO(), service.Stopper()
+    options = service.ServiceOptions(
+        url=None,
+        token=None,
+        directory=directory,
+        on_renew=f"echo $JOINPLANE_EVENT >> {hooks}",
+        out=out,
+        err=err,
+    )
+    return service.Service(options, stopper), stopper, out, err
+
+
+def test_the_agent_waits_out_a_busy_server_then_renews_and_runs_its_hook(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    # Given a joined machine due for renewal, and a server that is busy twice before it renews
+    directory = joined_directory(tmp_path, server.url)
+    _due_now(directory)
+    server.answer(
+        Reply(503, json.dumps({"code": 14, "message": "try later"}).encode()),
+        Reply(429, b'{"message": "Too Many Requests"}'),
+        renewal,
+    )
+    hooks = tmp_path / "hooks.log"
+    agent_service, stopper, out, err = _service(directory, hooks)
+
+    # When the agent runs until its hook has run, then is told to stop
+    finished: list[Exit] = []
+    thread = threading.Thread(target=lambda: finished.append(agent_service.run()))
+    thread.start()
+    try:
+        wait_until(lambda: hooks.exists() and "renewed" in hooks.read_text(), 15, 0.05)
+    finally:
+        stopper.handle(signal.SIGTERM, None)
+        thread.join(15)
+
+    # Then it retried the 503 and the 429 with backoff, renewed, ran the hook, and stopped cleanly
+    assert finished == [Exit.OK], err.getvalue()
+    assert [path for path, _ in server.requests] == ["/machines/renew"] * 3
+    retries = [line for line in err.getvalue().splitlines() if line.startswith("Renewal failed: ")]
+    assert len(retries) == 2 and "UNAVAILABLE (14): try later; trying again in" in retries[0], retries
+    assert f"Renewed the certificate of {MACHINE_ID}" in out.getvalue()
+    assert out.getvalue().count("; renewing at ") == 2  # the old certificate's schedule, then the new one's
+    assert hooks.read_text() == "renewed\n"
+    assert "Stopped (SIGTERM)" in out.getvalue()
+    issued = x509.load_pem_x509_certificate((directory / statedir.CERTIFICATE).read_bytes())
+    assert issued.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "exit_code"),
+    [
+        (errors.PermissionDenied, errors.MACHINE_REVOKED, Exit.DENIED),
+        (errors.Unauthenticated, errors.MACHINE_TOKEN_INVALID, Exit.UNAUTHENTICATED),
+    ],
+)
+def test_a_permanent_refusal_ends_the_agent_with_its_code_and_no_retry(
+    server: FakeServer, tmp_path: Path, kind: type[errors.JoinplaneError], reason: str, exit_code: Exit
+) -> None:
+    # Given a joined machine due for renewal, whose server refuses it for good
+    directory = joined_directory(tmp_path, server.url)
+    _due_now(directory)
+    before = snapshot(directory)
+    server.answer(_refusal(kind, reason, {}))
+    agent_service, _, _, _ = _service(directory, tmp_path / "hooks.log")
+
+    # When the agent runs
+    with pytest.raises(CliError) as refused:
+        agent_service.run()
+
+    # Then it ends with the refusal's documented code after one attempt, DIR as it was, no hook run
+    assert refused.value.exit_code == exit_code
+    assert len(server.requests) == 1
+    assert snapshot(directory) == before
+    assert not (tmp_path / "hooks.log").exists()
