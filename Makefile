@@ -127,6 +127,7 @@ bench: setup build runtime
 	$(PY) -m tests.bench
 	$(PY) -m tests.bench_events
 	$(PY) -m tests.bench_queue
+	$(PY) -m tests.bench_queue_across
 
 clean:
 	rm -rf $(VENV) .aws-sam .lambda-runtime

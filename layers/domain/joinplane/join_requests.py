@@ -9,7 +9,7 @@ Listed per pool (and per site, for the unclaimed ones) by stored state, so a pag
 costs the same however many requests of other states or pools exist. Without a `poolId`, a listing
 merges the partitions of every pool the key may read (and of those pools' sites), and `get`,
 `approve` and `reject` find the request by its id and check the key against the request's own pool
-(docs/join.md, "The approval queue across pools").
+(docs/queue.md).
 """
 
 from __future__ import annotations
