@@ -279,6 +279,45 @@ def test_concurrent_rejections_by_id_write_once(queue, admin_key) -> None:
     assert {r.body["decidedBy"] for r in results} == {written["decidedBy"]}
 
 
+@pytest.mark.parametrize("rejecter_sees_the_claiming_pool", [True, False])
+def test_a_rejection_by_id_racing_an_approval_ends_in_one_consistent_outcome(
+    queue, admin_key, make_token, machine_factory, rejecter_sees_the_claiming_pool
+) -> None:
+    # Given unclaimed requests of rack-1, a second pool there, and a rejecter deciding rack-1's pools
+    # (all of them, or only gpu while the approvals claim for gpu-b)
+    call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "gpu-b", "siteId": "rack-1", "name": "B", "workspaceId": "w"},
+        admin_key,
+    )
+    scope = "site/rack-1" if rejecter_sees_the_claiming_pool else "compute-pool/gpu"
+    rejecter = make_key(admin_key, f"compute:join-tokens:*@{scope}")
+    for request_id in queue["rack-1"] + defer(make_token, machine_factory, 3, siteId="rack-1"):
+        # When an approval for gpu-b and a rejection by id alone are sent at once
+        approval, rejection = release_together(
+            lambda i, request_id=request_id: call(
+                *(
+                    (APPROVE, {"tenantId": "acme", "poolId": "gpu-b", "requestId": request_id}, admin_key)
+                    if i == 0
+                    else (REJECT, {"tenantId": "acme", "requestId": request_id}, rejecter)
+                )
+            ),
+            2,
+        )
+        # Then what is stored is what the answers say: the rejection landed (before the approval,
+        # which is refused, or after it, withdrawing it), or the approval did and a rejecter who
+        # cannot see gpu-b was told the request is not found
+        written = stored(request_id)
+        if rejection.status == 200:
+            assert written["state"] == "rejected" and rejection.body["state"] == "rejected"
+            assert rejection.body.get("poolId") == written.get("poolId")
+            assert approval.status == 200 or approval.reason == "JOIN_REQUEST_NOT_PENDING"
+        else:
+            assert not rejecter_sees_the_claiming_pool and rejection.code == "NOT_FOUND"
+            assert approval.status == 200 and written["state"] == "approved"
+            assert written["poolId"] == "gpu-b"
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 
