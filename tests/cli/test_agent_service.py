@@ -94,7 +94,7 @@ def test_the_agent_joins_once_the_server_is_up_renews_by_itself_and_stops_cleanl
                 agent.wait()
 
     # Then the renewal came near two thirds of the lifetime, under the same key, and verifies
-    assert 180 <= waited <= 225, waited
+    assert 170 <= waited <= 225, waited  # due at 185-215 s from issuance; slack for a loaded machine
     assert second.serial_number != first.serial_number
     assert second.not_valid_after_utc > first.not_valid_after_utc
     assert second.public_key() == first.public_key()
