@@ -106,8 +106,8 @@ runtime: .lambda-runtime/.stamp
 	touch $@
 
 # One pytest-xdist worker per core, each given whole files (module-scoped runtimes start once per
-# file, and a file's tests keep their order). `make test`'s pytest takes ~3 min on 2 cores; PARALLEL=
-# runs it in one process.
+# file, and a file's tests keep their order): on 2 cores pytest takes ~0.6 of the time it takes in one
+# process (1672 tests, back to back on a loaded machine: 565 s -> 340 s). PARALLEL= runs it in one.
 PARALLEL ?= -n auto --dist loadfile
 
 pytest: setup
