@@ -176,12 +176,6 @@ def test_after_the_cache_time_a_container_reads_the_ca_again(
     assert kms_calls == Counter({"GetItem": 1, "BatchGetItem": 1, "Sign": 1})
 
 
-def test_a_tbs_larger_than_kms_signs_is_refused_before_kms_is_called(kms_calls: Counter[str]) -> None:
-    with pytest.raises(Internal, match="4097-byte TBS"):
-        ca.kms_sign_tbs("any-key", b"\x00" * 4097)
-    assert kms_calls == Counter()
-
-
 def test_a_signature_that_does_not_verify_under_the_ca_key_fails_loudly(csrs: Csrs, pool: str) -> None:
     # Given the pool's CA, and a certificate builder signed by a KMS key that is not the CA's
     issue(csrs, pool)

@@ -254,6 +254,7 @@ def rejoin(
     facts, claims): the machine while active at the generation read, the identity record moved on
     from the version read, hardware ids it now reports claimed and those it no longer reports
     released, while the pool is the version read."""
+    as_read, read_values = machines_db.certificate_as_read(before)
     writes = [
         dynamo.Write(
             "Update",
@@ -265,8 +266,12 @@ def rejoin(
                 "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline, "
                 "claims = :claims"
             ),
-            condition="#state = :active AND tokenGeneration = :generation",
-            names={"#state": "state"},
+            # The certificate and key as read too: a renewal changes neither the token nor its
+            # generation, and a re-join committed over it would drop its certificate from the
+            # machine's record (never listed on revocation) or re-admit the key it retired.
+            condition="#state = :active AND tokenGeneration = :generation AND #identity = :identity AND "
+            + as_read,
+            names={"#state": "state", "#identity": "identity"},
             values={
                 ":digest": after.machine_token_sha256,
                 ":one": 1,
@@ -280,7 +285,9 @@ def rejoin(
                 ":baseline": after.worker_image_baseline,
                 ":active": "active",
                 ":generation": before.token_generation,
+                ":identity": before.identity,
                 ":claims": [list(c) for c in after.claims],
+                **read_values,
             },
             name="machine",
         ),
@@ -351,12 +358,9 @@ def renew(
         ":active": "active",
         ":digest": machine.machine_token_sha256,
     }
-    condition = "#state = :active AND machineTokenSha256 = :digest AND "
-    if machine.certificate_serial is None:
-        condition += "attribute_not_exists(certificateSerial)"
-    else:
-        condition += "certificateSerial = :read"
-        values[":read"] = machine.certificate_serial
+    as_read, read_values = machines_db.certificate_as_read(machine)
+    condition = "#state = :active AND machineTokenSha256 = :digest AND " + as_read
+    values |= read_values
     writes = [
         dynamo.Write(
             "Update",

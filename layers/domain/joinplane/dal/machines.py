@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo, items, revocations
 from joinplane.dal.dynamo import Item
@@ -227,6 +227,19 @@ class IssuedCertificate(NamedTuple):
         from datetime import datetime
 
         return int(datetime.fromisoformat(self.expires_at).timestamp())
+
+
+def certificate_as_read(machine: Machine) -> tuple[str, dict[str, Any]]:
+    """A condition (and its values) that the machine's current certificate is still the one read:
+    a renewal, re-join or revocation that lists or replaces certificates must not miss one a
+    concurrent call issued. No certificate reads as absent or NULL (a fingerprint-only re-join
+    stores NULL)."""
+    if machine.certificate_serial is None:
+        return (
+            "(attribute_not_exists(certificateSerial) OR attribute_type(certificateSerial, :nullType))",
+            {":nullType": "NULL"},
+        )
+    return "certificateSerial = :readSerial", {":readSerial": machine.certificate_serial}
 
 
 class Machine(NamedTuple):
@@ -452,17 +465,13 @@ def revoke(
     lists its `certificates` (every one that still verifies) as revoked for their CAs' CRLs. The
     machine's certificate must still be the one read, so none is missed. False when it was
     revoked or renewed concurrently (the caller reads what won)."""
+    as_read, read_values = certificate_as_read(machine)
     writes = [
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason",
-            condition="#state = :active AND "
-            + (
-                "certificateSerial = :serial"
-                if machine.certificate_serial
-                else "attribute_not_exists(certificateSerial)"
-            ),
+            condition="#state = :active AND " + as_read,
             names={"#state": "state"},
             values={
                 ":revoked": "revoked",
@@ -470,7 +479,7 @@ def revoke(
                 ":now": now,
                 ":by": by,
                 ":reason": reason,
-                **({":serial": machine.certificate_serial} if machine.certificate_serial else {}),
+                **read_values,
             },
             name="machine",
         ),
