@@ -218,6 +218,25 @@ def test_the_eku_refusal_is_what_openssl_would_do_to_every_machine(
     assert "unsuitable certificate purpose" in org.verify(root, [intermediate.pem], machine)
 
 
+def test_an_unprocessed_critical_extension_is_refused_as_openssl_would_refuse_every_machine(
+    pending: PendingKey, org: OrgPki, root: Authority
+) -> None:
+    # Given an intermediate carrying a private critical extension no verifier knows
+    unknown = (*INTERMEDIATE, "1.3.6.1.4.1.99999.1=critical,ASN1:UTF8String:hello")
+    intermediate = org.sign(root, pending.csr, "pool-ca", unknown)
+    # When it is imported, Then INVALID_ARGUMENT names the extension
+    refused = refusal(pending, intermediate, [root])
+    assert isinstance(refused, InvalidArgument) and "1.3.6.1.4.1.99999.1" in refused.message
+    # And a machine issued under it anyway is what openssl refuses: the refusal spares a broken CA
+    certificate = x509.load_pem_x509_certificate(intermediate.pem.encode())
+    machine = machine_certificate(certificate, pending.key_id, pending.public_key)
+    assert "unhandled critical extension" in org.verify(root, [intermediate.pem], machine)
+    # And the same extension on the root is refused too
+    odd_root = org.root("odd-root", extensions=(*ROOT, "1.3.6.1.4.1.99999.1=critical,ASN1:UTF8String:x"))
+    refused = refusal(pending, org.sign(odd_root, pending.csr, "pool-ca-2"), [odd_root])
+    assert isinstance(refused, InvalidArgument) and "chain[0]" in refused.message
+
+
 def test_a_chain_whose_root_did_not_sign_the_intermediate_is_refused(
     pending: PendingKey, org: OrgPki, root: Authority, tmp_path: Path
 ) -> None:

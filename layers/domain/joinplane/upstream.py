@@ -129,6 +129,8 @@ def check_intermediate(
         )
 
     _check_issuing_ca(certificate)
+    for index, each in enumerate((certificate, *chain)):
+        _check_critical_extensions(each, "certificate" if index == 0 else f"chain[{index - 1}]")
     _check_links(certificate, chain)
     not_after = _check_validity((certificate, *chain), now)
     return Checked(certificate, chain, chain[-1], not_after)
@@ -167,6 +169,35 @@ def _check_issuing_ca(certificate: x509.Certificate) -> None:
             "certificate has no subjectKeyIdentifier (RFC 5280 requires one on a CA certificate): "
             "sign it with subjectKeyIdentifier=hash"
         )
+
+
+def _check_critical_extensions(certificate: x509.Certificate, name: str) -> None:
+    """A verifier must reject a path with a critical extension it does not process (RFC 5280
+    4.2), so one in the path would make every machine certificate fail to verify (openssl: error 34,
+    unhandled critical extension). Allowed critical: what path validation itself processes."""
+    from cryptography.x509.oid import ExtensionOID
+
+    processed = {
+        ExtensionOID.BASIC_CONSTRAINTS,
+        ExtensionOID.KEY_USAGE,
+        ExtensionOID.EXTENDED_KEY_USAGE,
+        ExtensionOID.SUBJECT_ALTERNATIVE_NAME,
+        ExtensionOID.CERTIFICATE_POLICIES,
+        ExtensionOID.POLICY_CONSTRAINTS,
+        ExtensionOID.POLICY_MAPPINGS,
+        ExtensionOID.INHIBIT_ANY_POLICY,
+        ExtensionOID.NAME_CONSTRAINTS,
+    }
+    try:
+        extensions = list(certificate.extensions)
+    except ValueError:
+        raise InvalidArgument(f"{name} has an extension that cannot be parsed") from None
+    for extension in extensions:
+        if extension.critical and extension.oid not in processed:
+            raise InvalidArgument(
+                f"{name} has a critical extension {extension.oid.dotted_string} that verifiers do not "
+                "process: every machine certificate under it would fail to verify"
+            )
 
 
 def _check_links(certificate: x509.Certificate, chain: tuple[x509.Certificate, ...]) -> None:
