@@ -1,4 +1,4 @@
-"""Issue 12 on template.yaml: the pool CAs' keys never leave KMS. Functions may sign only with keys
+"""The PKI on template.yaml: the pool CAs' keys never leave KMS. Functions may sign only with keys
 tagged as this stack's, may create only tagged P-256 signing keys, and no function can read or
 write a secret any more."""
 
@@ -11,6 +11,9 @@ from tests.support.template import TEMPLATE, of_type
 
 FUNCTIONS = of_type("AWS::Serverless::Function")
 STACK_TAG = {"aws:ResourceTag/joinplane:stack": {"Ref": "AWS::StackName"}}
+# Every key operation: this stack's tag, on a P-256 signing key (what a CA key is, and all it is).
+CA_KEY = {"StringEquals": {**STACK_TAG, "kms:KeySpec": "ECC_NIST_P256", "kms:KeyUsage": "SIGN_VERIFY"}}
+TAG_KEYS = ["joinplane:stack", "joinplane:tenant", "joinplane:pool", "joinplane:ca"]
 ALIAS_ARN = "arn:${AWS::Partition}:kms:${AWS::Region}:${AWS::AccountId}:alias/joinplane/${AWS::StackName}/*"
 KEY_ARN = {"Fn::Sub": "arn:${AWS::Partition}:kms:${AWS::Region}:${AWS::AccountId}:key/*"}
 
@@ -49,7 +52,7 @@ def test_the_functions_that_issue_certificates_sign_only_with_this_stacks_tagged
         assert signing, name
         for statement in signing:
             assert statement["Resource"] == KEY_ARN, name
-            assert statement["Condition"] == {"StringEquals": STACK_TAG}, name
+            assert statement["Condition"] == CA_KEY, name
             assert "kms:Sign" in actions(statement) and "kms:GetPublicKey" in actions(statement)
 
 
@@ -63,11 +66,17 @@ def test_keys_are_created_only_as_tagged_p256_signing_keys_and_aliased_under_the
                 "kms:KeyUsage": "SIGN_VERIFY",
             }
         }
+        # Tagging (which CreateKey's Tags need, on key/*) sets only this stack's four tags
+        (tagging,) = granting(FUNCTIONS[name], "kms:TagResource")
+        assert tagging["Condition"] == {
+            "StringEquals": {"aws:RequestTag/joinplane:stack": {"Ref": "AWS::StackName"}},
+            "ForAllValues:StringEquals": {"aws:TagKeys": TAG_KEYS},
+        }
         aliases = granting(FUNCTIONS[name], "kms:CreateAlias")
         resources = [s["Resource"] for s in aliases]
         assert {"Fn::Sub": ALIAS_ARN} in resources
         assert all(
-            s.get("Condition") == {"StringEquals": STACK_TAG} for s in aliases if s["Resource"] == KEY_ARN
+            s.get("Condition") == CA_KEY for s in aliases if s["Resource"] == KEY_ARN
         )
 
 
@@ -87,9 +96,9 @@ def test_only_the_ca_functions_revocation_and_the_retention_job_touch_kms_keys_a
     (crl_signing,) = [
         s for s in statements(FUNCTIONS["MachinesFunction"]) if any(a.startswith("kms:") for a in actions(s))
     ]
-    assert actions(crl_signing) == {"kms:Sign"} and crl_signing["Condition"] == {"StringEquals": STACK_TAG}
+    assert actions(crl_signing) == {"kms:Sign"} and crl_signing["Condition"] == CA_KEY
     (deletion,) = granting(FUNCTIONS["RetentionFunction"], "kms:ScheduleKeyDeletion")
-    assert deletion["Condition"] == {"StringEquals": STACK_TAG}
+    assert deletion["Condition"] == CA_KEY
     assert actions(deletion) == {"kms:ScheduleKeyDeletion"}
 
 
