@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime import Cli, command
+from tests.support.runtime import command, local_runtime
 
 pytestmark = pytest.mark.e2e
 
@@ -58,23 +58,25 @@ def script(lines: list[str], url: str, key: str) -> str:
 
 
 @pytest.mark.parametrize("document", ["README.md", "docs/cli.md"])
-def test_the_cli_walkthrough_runs_as_written(cli: Cli, tmp_path: Path, document: str) -> None:
-    # Given the walk-through's commands, a fresh directory, and a shell with only the venv on PATH
-    assert cli.runtime.admin_key
+def test_the_cli_walkthrough_runs_as_written(tmp_path: Path, document: str) -> None:
+    # Given the walk-through's commands, a fresh runtime as `make run` starts one (each document's
+    # walk-through creates its own pool), a fresh directory, and a shell with only the venv on PATH
     lines = walkthrough(ROOT / document)
-    env = {k: v for k, v in cli.env.items() if not k.startswith("JOINPLANE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOINPLANE_")}
     env.update(PATH=f"{Path(command()[0]).parent}:{os.environ['PATH']}", JOINPLANE_CONFIG=NO_CONFIG)
 
     # When they run in order, in one shell
-    done = subprocess.run(
-        ["bash", "-c", script(lines, cli.runtime.url, cli.runtime.admin_key)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    with local_runtime() as runtime:
+        assert runtime.admin_key
+        done = subprocess.run(
+            ["bash", "-c", script(lines, runtime.url, runtime.admin_key)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     # Then every command ended as the walk-through says
     assert done.returncode == 0, f"{done.stderr}\n--- output ---\n{done.stdout}"
