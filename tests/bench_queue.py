@@ -36,6 +36,8 @@ def request_item(pool_id: str, state: str, site: str = "site-1") -> dict[str, An
         "sk": "JREQ",
         "requestId": request_id,
         "tenantId": "acme",
+        "tokenId": "jtok_bench",
+        "identity": "bench",
         "siteId": site,
         "poolId": pool_id,
         "state": state,
