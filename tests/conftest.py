@@ -16,7 +16,7 @@ from joinplane_local.template import Names, Template, create_resources, load
 
 # Run first: `make test` hands whole files to its workers in this order, and the longest file started
 # last would leave the other worker idle until it ends.
-LONGEST_FIRST = ("tests/contract/test_openapi_schemathesis.py",)
+LONGEST_FIRST = ("tests/cli/test_agent_service.py", "tests/contract/test_openapi_schemathesis.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -750,8 +750,14 @@ def _join_schemas() -> dict[str, Schema]:
                 "requestId": {"type": "string", "pattern": join_requests.REQUEST_ID},
                 "state": {"type": "string", "enum": ["pending"]},
                 "expiresAt": {"type": "string", "pattern": views.TIMESTAMP},
+                "poolId": {
+                    "anyOf": [string, {"type": "null"}],
+                    "description": "The pool whose operators decide it; null for a site token's request, "
+                    "which any pool of the site may claim by approving it.",
+                },
+                "siteId": string,
             },
-            required=["requestId", "state", "expiresAt"],
+            required=["requestId", "state", "expiresAt", "poolId", "siteId"],
         ),
         "controlplaneMachineBootstrapConfig": _object(
             {

@@ -79,7 +79,7 @@ def test_a_waiting_agent_is_admitted_when_an_operator_approves_it(cli: Cli, tmp_
     assert code == 0, err + out
     deferred = (
         "join deferred: this join token requires an operator's approval. "
-        f"An operator must approve {request['requestId']}."
+        f"An operator of pool {pool} must approve {request['requestId']}."
     )
     assert deferred in out.splitlines()  # the server's errMsg, verbatim, on a line of its own
     assert f"joinplane requests approve {request['requestId']}" in out

@@ -169,10 +169,18 @@ def _told(response: Response) -> Response:
 
 def _deferred(request: JoinRequest) -> Response:
     reasons = "; ".join(r.message for r in request.reasons) or "an operator must decide"
+    # Who decides: the pool's operators, or (a site token's request, unclaimed) those of a pool of the site.
+    who = f"of pool {request.pool_id}" if request.pool_id else f"of a pool of site {request.site_id}"
     return 202, join_wire.join_response(
         ok=False,
-        errMsg=f"join deferred: {reasons}. An operator must approve {request.request_id}.",
-        joinRequest={"requestId": request.request_id, "state": "pending", "expiresAt": request.expires_at},
+        errMsg=f"join deferred: {reasons}. An operator {who} must approve {request.request_id}.",
+        joinRequest={
+            "requestId": request.request_id,
+            "state": "pending",
+            "expiresAt": request.expires_at,
+            "poolId": request.pool_id,
+            "siteId": request.site_id,
+        },
         retryAfterSeconds=RETRY_AFTER_SECONDS,
     )
 

@@ -512,6 +512,8 @@ class JoinRequestRef(TypedDict):
     requestId: str
     state: Literal["pending"]
     expiresAt: str
+    poolId: str | None  # None: a site token's request, which a pool of the site claims on approval
+    siteId: str
 
 
 class JoinMachineResponse(TypedDict):
