@@ -75,9 +75,7 @@ def test_keys_are_created_only_as_tagged_p256_signing_keys_and_aliased_under_the
         aliases = granting(FUNCTIONS[name], "kms:CreateAlias")
         resources = [s["Resource"] for s in aliases]
         assert {"Fn::Sub": ALIAS_ARN} in resources
-        assert all(
-            s.get("Condition") == CA_KEY for s in aliases if s["Resource"] == KEY_ARN
-        )
+        assert all(s.get("Condition") == CA_KEY for s in aliases if s["Resource"] == KEY_ARN)
 
 
 def test_only_the_ca_functions_revocation_and_the_retention_job_touch_kms_keys_and_none_may_decrypt() -> None:
