@@ -654,6 +654,21 @@ def _ca_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("created", f"{active.get('createdAt')} ({render.since(active.get('createdAt'), now)})"),
         ("upstream root", "yes" if active.get("upstream") else "no (self-signed)"),
         ("bundle", f"{len(bundle)} certificate{'' if len(bundle) == 1 else 's'} to trust"),
+        *_pending_pair(item, now),
+    ]
+
+
+def _pending_pair(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
+    """The CSR awaiting the organisation's signature (createCsr), when there is one."""
+    pending = item.get("pending")
+    if not isinstance(pending, dict):
+        return []
+    created = pending.get("createdAt")
+    return [
+        (
+            "pending request",
+            f"{pending.get('caId')}, asked {render.since(created, now)}: sign its CSR, then `ca import`",
+        )
     ]
 
 

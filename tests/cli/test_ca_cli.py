@@ -67,6 +67,9 @@ def test_an_operator_has_the_pools_ca_signed_by_the_organisations_root(cli: Cli,
     # When the operator asks for a CSR, has the root sign it, and imports the certificate with its chain
     csr_file = tmp_path / "pool-ca.csr"
     asked = cli.ok("ca", "create-csr", "--pool", pool, "--out", str(csr_file))
+    # (and `ca get` shows the request waiting for its signature)
+    ca_id = cli.ok("ca", "get", "--pool", pool, "-o", "json").json()["pending"]["caId"]
+    assert f"pending request  {ca_id}, asked " in cli.ok("ca", "get", "--pool", pool).out
     signed = pki.sign(root, csr_file.read_text(), "pool-ca")
     imported = cli.ok(
         "ca", "import", "--pool", pool, "--certificate", str(signed.certificate),
