@@ -108,7 +108,9 @@ runtime: .lambda-runtime/.stamp
 # One pytest-xdist worker per core, each given whole files (module-scoped runtimes start once per
 # file, and a file's tests keep their order): on 2 cores pytest takes ~0.6 of the time it takes in one
 # process (1672 tests, back to back on a loaded machine: 565 s -> 340 s). PARALLEL= runs it in one.
-PARALLEL ?= -n auto --dist loadfile
+# --no-loadscope-reorder: xdist would otherwise queue files by test count, largest first, and start
+# the one 200 s agent test (3 tests in its file) minutes in; tests/conftest.py puts the longest first.
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 pytest: setup
 	$(BIN)/pytest $(PARALLEL)

@@ -14,13 +14,23 @@ from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
 
-# Run first: `make test` hands whole files to its workers in this order, and the longest file started
-# last would leave the other worker idle until it ends.
-LONGEST_FIRST = ("tests/cli/test_agent_service.py", "tests/contract/test_openapi_schemathesis.py")
+# Run first: `make test` hands whole files to its workers in this order (--no-loadscope-reorder), and
+# a long file started last would leave the other worker idle until it ends. Files that take longest, longest first (pytest --durations=0 under make test's two workers: the
+# agent's 200 s renewal, schemathesis's 30 s budget, the browser, the CLI end to end, ...), so that
+# no worker starts one of them while the other is about to run out of work.
+LONGEST_FIRST = (
+    "tests/cli/test_agent_service.py",
+    "tests/contract/test_openapi_schemathesis.py",
+    "tests/console/test_console_browser.py",
+    "tests/cli/test_end_to_end.py",
+    "tests/clusters/test_accept_join_input.py",
+    "tests/attestation/test_discovery.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in LONGEST_FIRST)
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST_FIRST)))
 
 
 @pytest.fixture(scope="session")
