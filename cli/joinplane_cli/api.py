@@ -251,6 +251,27 @@ def _not_an_api(url: str, path: str, error: ApiError) -> ApiError:
     )
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Joinplane's API never redirects. urllib would follow a 301/302 with the request's headers,
+    the API key and Joinplane-Proof included, to wherever Location points: never follow one."""
+
+    def redirect_request(self, *_: Any, **__: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _redirected(url: str, status: int, location: str | None) -> ApiError:
+    where = f" to {location}" if location else ""
+    return ApiError(
+        status,
+        f"HTTP_{status}",
+        f"{url} answered with a redirect{where}, which Joinplane's API never does: nothing was sent "
+        "there; check --url (the API's own address, e.g. https://... rather than http://...)",
+    )
+
+
 class Client:
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         parsed = urllib.parse.urlsplit(url)
@@ -281,7 +302,7 @@ class Client:
             self.url + path, data=data, headers=headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
+            with _OPENER.open(request, timeout=self.timeout) as answer:
                 raw = answer.read()
                 status = answer.status
                 answer_headers = {k.lower(): v for k, v in answer.headers.items()}
@@ -291,6 +312,8 @@ class Client:
                     raw = failed.read()
                 except (OSError, http.client.HTTPException):
                     raw = b""  # the body broke off: the status alone says what happened
+                if 300 <= failed.code < 400:
+                    raise _redirected(self.url, failed.code, failed.headers.get("location")) from None
                 error = parse_error(failed.code, raw)
                 if error.status == 404 and not error.enveloped:
                     raise _not_an_api(self.url, path, error) from None
