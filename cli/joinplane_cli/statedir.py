@@ -111,9 +111,21 @@ def write_file(directory: Path, name: str, item: Content) -> None:
     _fsync_dir(directory)
 
 
+def _not_a_mount_point(directory: Path) -> None:
+    # DIR is replaced whole, by renaming a sibling over it: a mount point cannot be renamed (EBUSY),
+    # so a machine would be admitted and its identity never land. Refused before anything is asked.
+    if directory.is_dir() and os.path.ismount(directory):
+        raise OSError(
+            f"{directory} is a mount point, and joinplane replaces its directory whole (a rename) "
+            "when a machine is admitted or renewed: use a directory inside it, "
+            f"e.g. --dir {directory / 'identity'}"
+        )
+
+
 def ensure(directory: Path) -> None:
-    """DIR exists, is ours (0700), and holds nothing we did not write."""
+    """DIR exists, is ours (0700), holds nothing we did not write, and is not a mount point."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _not_a_mount_point(directory)
     if directory.is_symlink() or not directory.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory")
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in OURS and not p.name.startswith("."))
@@ -151,6 +163,7 @@ def recover(directory: Path) -> str | None:
 
 def commit(directory: Path, files: Mapping[str, Content]) -> None:
     """Replace DIR by exactly `files`, all or nothing (see the module docstring)."""
+    _not_a_mount_point(directory)
     partial, new, old = _siblings(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove(partial)

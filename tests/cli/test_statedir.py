@@ -174,3 +174,21 @@ def test_two_agents_cannot_hold_one_directory(tmp_path: Path) -> None:
     # When / Then
     with statedir.locked(directory), pytest.raises(statedir.Busy), statedir.locked(directory):
         pass
+
+
+def test_a_mount_point_is_refused_before_anything_is_asked_or_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a directory that is a mount point (a container's volume mounted at --dir): os.path.ismount
+    # is what the check asks, so the test says it is one, as mounting needs privileges tests lack
+    directory = tmp_path / "volume"
+    directory.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == directory or real(path))
+    # When joinplane would make it its directory, or replace it whole
+    for step in (lambda: statedir.ensure(directory), lambda: statedir.commit(directory, {})):
+        # Then it is refused with the way out, and nothing is written beside or inside it
+        with pytest.raises(OSError, match=r"is a mount point.*--dir .*volume/identity"):
+            step()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["volume"]
+    assert list(directory.iterdir()) == []
