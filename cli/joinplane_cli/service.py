@@ -310,7 +310,13 @@ def systemd_unit(
         arguments += ["--token-file", token_file]
     if on_renew:
         arguments += ["--on-renew", on_renew]
-    home = any(str(directory).startswith(p) for p in ("/home/", "/root/", "/run/user/"))
+    # ProtectHome hides /home, /root and /run/user from the service: only when neither its directory
+    # nor the program itself (make install-cli links into ~/.local/bin) lives there.
+    home = any(
+        str(path).startswith(prefix)
+        for path in (directory, Path(program).resolve(), Path(program))
+        for prefix in ("/home/", "/root/", "/run/user/")
+    )
     sandbox = "PrivateTmp=yes\nNoNewPrivileges=yes\n" + ("" if home else "ProtectHome=yes\n")
     return f"""\
 # Joinplane agent: joins this machine to a pool, then keeps its certificate fresh.

@@ -115,3 +115,22 @@ def test_the_printed_systemd_unit_is_one_systemd_accepts_and_keeps_secrets_and_d
     )
     assert checked.returncode == 0, checked.stderr
     assert path.name not in checked.stderr  # a setting it ignores is only a warning
+
+
+@pytest.mark.parametrize(
+    ("program", "directory", "protected"),
+    [
+        ("/usr/local/bin/joinplane", "/var/lib/joinplane", True),
+        ("/root/.local/bin/joinplane", "/var/lib/joinplane", False),  # make install-cli, as root
+        ("/home/ops/.local/bin/joinplane", "/var/lib/joinplane", False),
+        ("/usr/local/bin/joinplane", "/home/ops/joinplane", False),
+    ],
+)
+def test_protect_home_only_when_neither_the_program_nor_its_directory_is_under_a_home(
+    program: str, directory: str, protected: bool
+) -> None:
+    # Given where joinplane and its directory live, When the unit is printed, Then systemd's
+    # ProtectHome (which hides /home, /root and /run/user) is set only where it hides neither
+    unit = service.systemd_unit(program, Path(directory), "https://api.example", None, None)
+    assert ("ProtectHome=yes" in unit) is protected
+    assert f"ExecStart={program} agent --dir {directory}" in unit
