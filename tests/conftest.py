@@ -14,10 +14,10 @@ from joinplane_local import emulator as local_emulator
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
 
-# Run first: `make test` hands whole files to its workers in this order (--no-loadscope-reorder), and
-# a long file started last would leave the other worker idle until it ends. Files that take longest, longest first (pytest --durations=0 under make test's two workers: the
-# agent's 200 s renewal, schemathesis's 30 s budget, the browser, the CLI end to end, ...), so that
-# no worker starts one of them while the other is about to run out of work.
+# Run first: `make test` hands whole files to its workers in this order (--no-loadscope-reorder),
+# and a long file started last would leave the other worker idle until it ends. The files that take
+# longest, longest first (pytest --durations=0 under make test's two workers: the agent's 200 s
+# renewal, schemathesis's 30 s budget, the browser, the CLI end to end, ...).
 LONGEST_FIRST = (
     "tests/cli/test_agent_service.py",
     "tests/contract/test_openapi_schemathesis.py",

@@ -158,8 +158,10 @@ def whoami_tenant(client: Client) -> str:
         item = client.post(f"{API}/apiKeys/whoami", {}).body
     except ApiError as failed:
         if failed.status == 404 and not failed.enveloped:
+            # Not a Joinplane API at that URL (the likelier case), or one too old to have whoami.
             raise CliError(
-                "missing --tenant (or set JOINPLANE_TENANT): this server cannot tell a key its tenant",
+                f"{failed.message} (If it is a Joinplane API without apiKeys/whoami, pass --tenant or "
+                "set JOINPLANE_TENANT.)",
                 Exit.USAGE,
             ) from None
         raise
@@ -572,7 +574,12 @@ def apikeys_list(op: Operator, limit: int | None, cursor: str | None, every: boo
 
 def apikeys_revoke(op: Operator, key_id: str) -> Exit:
     item, now = op.call("apiKeys/revoke", {"keyId": key_id})
-    return op.show(item, f"Revoked API key {key_id}: it is refused from now on.", _key_pairs(item, now))
+    return op.show(
+        item,
+        f"Revoked API key {key_id}: apiKeys/whoami refuses it now; other routes may still accept it for "
+        "up to 5 minutes, while API Gateway's authorizer cache holds it.",
+        _key_pairs(item, now),
+    )
 
 
 def apikeys_whoami(op: Operator) -> Exit:

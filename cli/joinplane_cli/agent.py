@@ -490,7 +490,9 @@ class Agent:
         pool, site = request.get("poolId"), request.get("siteId")
         where = f" of pool {pool}" if pool else f" of a pool of site {site}" if site else ""
         self.say(f"An operator{render.cell(where) if where else ''} decides it with:")
-        self.say(f"  joinplane requests approve {request_id}")
+        # A site's unclaimed request is approved into a pool the operator names (approving claims it).
+        into = "" if pool or not site else f" --pool <a pool of site {site}>"
+        self.say(f"  joinplane requests approve {request_id}{into}")
         self.say(f"  joinplane requests reject {request_id} --reason '...'")
         if self.o.output == "json":
             render.print_json(

@@ -428,6 +428,42 @@ def test_a_deferral_says_the_servers_message_as_sent(
     assert said in out.splitlines()
 
 
+@pytest.mark.parametrize(
+    ("where", "who", "approve"),
+    [
+        ({"poolId": "gpu", "siteId": "dc1"}, "An operator of pool gpu decides it with:", ""),
+        (
+            {"poolId": None, "siteId": "dc1"},
+            "An operator of a pool of site dc1 decides it with:",
+            " --pool <a pool of site dc1>",
+        ),
+    ],
+    ids=["a pool's request", "a site's unclaimed request"],
+)
+def test_a_deferral_says_who_decides_and_the_command_that_works(
+    server: FakeServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    where: dict[str, Any],
+    who: str,
+    approve: str,
+) -> None:
+    # Given a deferral naming the request's pool, or only its site (no pool has claimed it)
+    deferral = {
+        "ok": False,
+        "errMsg": "join deferred",
+        "joinRequest": {"requestId": "jreq_01x", "expiresAt": EXPIRES_AT, **where},
+    }
+    server.answer(reply(202, deferral))
+    # When the agent joins without waiting
+    code, out, err = run(*_join(server, tmp_path / "machine"), capsys=capsys)
+    # Then it names who decides, and an approve command that works as printed (a site's request
+    # is approved into a pool the operator names)
+    assert code == Exit.PENDING, err
+    assert who in out.splitlines()
+    assert f"  joinplane requests approve jreq_01x{approve}" in out.splitlines()
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
 def test_a_poll_interval_that_is_not_a_finite_number_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
