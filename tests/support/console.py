@@ -95,6 +95,11 @@ def no_horizontal_scroll(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
+def page_width(page: Any) -> int:
+    """How wide the page's content is, in CSS pixels: more than the window's means it scrolls sideways."""
+    return int(page.evaluate("document.documentElement.scrollWidth"))
+
+
 def new_pool(http: Http, pool: str, site: str = "console-site") -> str:
     status, body = http.post(
         "/api/compute/pools/create",
