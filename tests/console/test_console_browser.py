@@ -398,3 +398,36 @@ def test_the_phone_layout_of_every_view_has_no_sideways_scroll(
     assert {view: px for view, px in widths.items() if px > PHONE["width"]} == {}
     # And none has a serious accessibility violation on the phone either
     assert axe_violations(page) == []
+
+
+def test_a_key_limited_to_one_pools_join_tokens_works_in_that_pool(
+    chromium: Any, http: Http, pages: list[Watched]
+) -> None:
+    # Given a key that may manage the join tokens of one pool and read nothing else (not even the pool)
+    new_pool(http, "narrow")
+    grants = ["compute:join-tokens:*@compute-pool/narrow"]
+    _, narrow = http.post("/api/compute/apiKeys/create", {"tenantId": "dev", "grants": grants}, http.admin)
+    _, nothing = http.post(
+        "/api/compute/apiKeys/create", {"tenantId": "dev", "grants": ["iam:api-keys:read@tenant"]}, http.admin
+    )
+    page = console(chromium, http, pages, DESKTOP).page
+    sign_in(page, narrow["key"])
+    # When its operator opens the join tokens view
+    page.get_by_role("link", name="Join tokens").click()
+    page.get_by_role("heading", level=1, name="Join tokens").wait_for()
+    # Then the pool its grant names is offered, and a token can be made there
+    picker = page.get_by_label("Pool", exact=True)
+    page.locator("#view select option", has_text="narrow").wait_for(state="attached")
+    assert picker.input_value() == "narrow"
+    page.get_by_label("Description").fill("narrow batch")
+    page.get_by_role("button", name="Create token").click()
+    page.get_by_label("Secret").wait_for()
+    page.get_by_role("button", name="Done").click()
+    page.get_by_role("row").filter(has_text="narrow batch").wait_for()
+    # And a key whose grants reach no pool is told just that, not to create a pool
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, nothing["key"])
+    page.get_by_role("link", name="Join tokens").click()
+    page.get_by_text("This API key sees no pools: none of its grants reaches one.").wait_for()
+    page.get_by_role("link", name="Machines").click()
+    page.get_by_text("This API key sees no pools: none of its grants reaches one.").wait_for()

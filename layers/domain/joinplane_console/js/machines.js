@@ -2,7 +2,7 @@ import { all, call } from "./api.js";
 import { ask } from "./dialog.js";
 import { announce, clear, field, h, row, select, table } from "./dom.js";
 import { badge, resources, stamp, when } from "./format.js";
-import { poolsOf } from "./pools_cache.js";
+import { noPoolsReason, reachablePools } from "./pools_cache.js";
 
 export const title = "Machines";
 
@@ -118,10 +118,10 @@ export function render(context, root) {
     load();
   });
   state.addEventListener("change", load);
-  poolsOf(tenantId)
+  reachablePools(context.me)
     .then((pools) => {
-      clear(picker).append(...pools.map((p) => h("option", { value: p.poolId, text: `${p.name} (${p.poolId})` })));
-      if (!pools.length) clear(holder).append(h("p", { class: "empty", text: "No pools yet." }));
+      clear(picker).append(...pools.map((p) => h("option", { value: p.poolId, text: p.listed === false ? p.poolId : `${p.name} (${p.poolId})` })));
+      if (!pools.length) clear(holder).append(h("p", { class: "empty", text: noPoolsReason(context.me, "No pools yet.") }));
       load();
     })
     .catch((error) => {

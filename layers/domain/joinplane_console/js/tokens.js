@@ -2,7 +2,7 @@ import { all, call } from "./api.js";
 import { ask } from "./dialog.js";
 import { announce, clear, field, h, row, select, table } from "./dom.js";
 import { badge, when } from "./format.js";
-import { poolsOf } from "./pools_cache.js";
+import { noPoolsReason, reachablePools } from "./pools_cache.js";
 
 export const title = "Join tokens";
 const TTLS = [
@@ -147,12 +147,15 @@ export function render(context, root) {
     load();
   });
 
-  poolsOf(tenantId)
+  // A pool the key's grants name but it may not read has no known state: offered, and the API says so
+  // if it is not active.
+  reachablePools(context.me)
     .then((pools) => {
-      const active = pools.filter((p) => p.state === "active");
-      clear(picker).append(...active.map((p) => h("option", { value: p.poolId, text: `${p.name} (${p.poolId})` })));
+      const active = pools.filter((p) => p.state === "active" || p.listed === false);
+      clear(picker).append(...active.map((p) => h("option", { value: p.poolId, text: p.listed === false ? p.poolId : `${p.name} (${p.poolId})` })));
       if (!active.length) {
-        clear(holder).append(h("p", { class: "empty", text: "No active pool: create one with the CLI (joinplane pools create)." }));
+        const reason = pools.length ? "No active pool: every pool this API key sees is archived." : noPoolsReason(context.me, "No active pool: create one with the CLI (joinplane pools create).");
+        clear(holder).append(h("p", { class: "empty", text: reason }));
         create.hidden = true;
         return;
       }
