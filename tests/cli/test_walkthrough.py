@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime import command, local_runtime
+from tests.support.runtime import Cli, command
 
 pytestmark = pytest.mark.e2e
 
@@ -57,26 +57,30 @@ def script(lines: list[str], url: str, key: str) -> str:
     return "\n".join(steps) + "\n"
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/cli.md"])
-def test_the_cli_walkthrough_runs_as_written(tmp_path: Path, document: str) -> None:
-    # Given the walk-through's commands, a fresh runtime as `make run` starts one (each document's
-    # walk-through creates its own pool), a fresh directory, and a shell with only the venv on PATH
-    lines = walkthrough(ROOT / document)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOINPLANE_")}
+def test_docs_cli_holds_the_readmes_walkthrough() -> None:
+    # One walk-through, shown in both places; the README's runs below
+    assert walkthrough(ROOT / "docs/cli.md") == walkthrough(ROOT / "README.md")
+
+
+def test_the_cli_walkthrough_runs_as_written(cli: Cli, tmp_path: Path) -> None:
+    # Given the README's walk-through commands, a fresh directory, and a shell with only the venv on
+    # PATH (the package's runtime: a second runtime in this process would share moto's tables, and
+    # its teardown would delete them under the first)
+    assert cli.runtime.admin_key
+    lines = walkthrough(ROOT / "README.md")
+    env = {k: v for k, v in cli.env.items() if not k.startswith("JOINPLANE_")}
     env.update(PATH=f"{Path(command()[0]).parent}:{os.environ['PATH']}", JOINPLANE_CONFIG=NO_CONFIG)
 
     # When they run in order, in one shell
-    with local_runtime() as runtime:
-        assert runtime.admin_key
-        done = subprocess.run(
-            ["bash", "-c", script(lines, runtime.url, runtime.admin_key)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    done = subprocess.run(
+        ["bash", "-c", script(lines, cli.runtime.url, cli.runtime.admin_key)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
     # Then every command ended as the walk-through says
     assert done.returncode == 0, f"{done.stderr}\n--- output ---\n{done.stdout}"
