@@ -9,21 +9,14 @@ from typing import Any
 
 import pytest
 
-from joinplane import credentials, keyauth
 from joinplane.dal import authorities as authorities_db
-from tests.support import call, join, openssl_csr
+from tests.support import call, join, key_id_of, openssl_csr
 from tests.support.csr import openssl
 from tests.support.events import publish_table_stream
 
 TENANT = {"tenantId": "acme"}
 POOL = {**TENANT, "poolId": "gpu"}
 GET, ROTATE = "/api/compute/certificateAuthorities/get", "/api/compute/certificateAuthorities/rotate"
-
-
-def key_id_of(secret: str) -> str:
-    parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
-    assert parsed is not None
-    return f"{keyauth.ID_PREFIX}_{parsed.ulid}"
 
 
 def verify(directory: Path, bundle: str, certificate: str) -> Any:

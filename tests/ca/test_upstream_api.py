@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws, credentials, keyauth
+from joinplane import aws
 from joinplane.dal import authorities as authorities_db
-from tests.support import call, join, openssl_csr
+from tests.support import call, join, key_id_of, openssl_csr
 from tests.support.crl import fetched_crl
 from tests.support.csr import openssl
 from tests.support.events import publish_table_stream
@@ -24,12 +24,6 @@ POOL = {**TENANT, "poolId": "gpu"}
 GET = "/api/compute/certificateAuthorities/get"
 CREATE_CSR = "/api/compute/certificateAuthorities/createCsr"
 IMPORT = "/api/compute/certificateAuthorities/importCertificate"
-
-
-def key_id_of(secret: str) -> str:
-    parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
-    assert parsed is not None
-    return f"{keyauth.ID_PREFIX}_{parsed.ulid}"
 
 
 @pytest.fixture

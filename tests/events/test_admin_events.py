@@ -11,20 +11,14 @@ from typing import Any
 
 import pytest
 
-from joinplane import clock, credentials, keyauth
+from joinplane import clock, credentials
 from joinplane.dal import dynamo
-from tests.support import call, join, openssl_csr
+from tests.support import call, join, key_id_of, openssl_csr
 from tests.support.events import publish_table_stream, table_stream
 
 TENANT = {"tenantId": "acme"}
 POOL = {**TENANT, "poolId": "gpu"}
 SITE = {**TENANT, "siteId": "s1"}
-
-
-def key_id_of(secret: str) -> str:
-    parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
-    assert parsed is not None
-    return f"{keyauth.ID_PREFIX}_{parsed.ulid}"
 
 
 def audit_trail(admin_key: str, detail_type: str) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@ conftest fixture), never from another test module.
 
 - functions: the project's Lambda functions, found through the route table (`load_function`)
 - lambda_context: the Lambda context and API Gateway payload 2.0 events (`http_event`)
-- http: operator routes and joins through the real handlers (`call`, `join`, `sign_proof`)
+- http: operator routes and joins through the real handlers (`call`, `join`, `sign_proof`, `key_id_of`)
 - csr: keys and CSRs made by the openssl CLI, by kind (`make_csr`, `openssl_csr`)
 - races: threads released together against the moto server (`release_together`)
 - polling: waiting for work on another thread or process (`wait_until`)
@@ -13,7 +13,7 @@ conftest fixture), never from another test module.
 
 from .csr import CsrFile, csr_for_key, make_csr, openssl_csr
 from .functions import ROOT, function_of, function_specs, load_function, route_handler
-from .http import Reply, call, join, sign_proof
+from .http import Reply, call, join, key_id_of, sign_proof
 from .lambda_context import LambdaContext, http_event
 from .polling import wait_until
 from .races import release_together
@@ -30,6 +30,7 @@ __all__ = [
     "function_specs",
     "http_event",
     "join",
+    "key_id_of",
     "load_function",
     "make_csr",
     "openssl_csr",

@@ -51,6 +51,15 @@ class Reply:
         return infos[0] if infos else None
 
 
+def key_id_of(secret: str) -> str:
+    """The id of an API key (`key_...`) from its secret: what events and records name it by."""
+    from joinplane import credentials, keyauth
+
+    parsed = credentials.parse(secret, keyauth.SECRET_PREFIX)
+    assert parsed is not None
+    return f"{keyauth.ID_PREFIX}_{parsed.ulid}"
+
+
 def call(path: str, body: Any, key: str | None, *, raw: bytes | None = None) -> Reply:
     """An operator route through the authorizer and the route's function, as API Gateway would."""
     headers = {"authorization": f"Bearer {key}"} if key is not None else {}
