@@ -13,49 +13,15 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from joinplane import aws, clock, container, ids, join_requests, pools
-from joinplane.dal import dynamo
-from joinplane.dal.requests import list_partition
+from joinplane import aws, container, join_requests, pools
 from joinplane.grants import Grant, Principal
-from joinplane.settings import settings
 from joinplane_local import emulator
 from joinplane_local.template import Names, Template, create_resources, load
+from tests.bench_queue import request_item, write
 
 SIZES = (10, 50, 200)
 SITES = 5
 PENDING, DECIDED = 20, 20
-
-
-def request_item(pool_id: str, site_id: str, state: str) -> dict[str, Any]:
-    request_id = ids.new_id("jreq")
-    expires = int(clock.epoch()) + 86_400
-    return {
-        "pk": f"JREQ#{request_id}",
-        "sk": "JREQ",
-        "requestId": request_id,
-        "tenantId": "acme",
-        "siteId": site_id,
-        "poolId": pool_id,
-        "tokenId": "jtok_bench",
-        "identity": "bench",
-        "state": state,
-        "reasons": [],
-        "machine": {},
-        "createdAt": clock.rfc3339(clock.now()),
-        "expiresAt": clock.rfc3339(expires),
-        "expiresAtEpoch": expires,
-        "gsi1pk": list_partition("acme", site_id, pool_id, state),
-        "gsi1sk": request_id,
-    }
-
-
-def write(items: list[dict[str, Any]]) -> None:
-    client = aws.client("dynamodb")
-    for start in range(0, len(items), 25):
-        batch = [{"PutRequest": {"Item": dynamo.serialize(i)}} for i in items[start : start + 25]]
-        while batch:
-            response = client.batch_write_item(RequestItems={settings().table_name: batch})
-            batch = response.get("UnprocessedItems", {}).get(settings().table_name, [])
 
 
 def main() -> int:
@@ -93,8 +59,8 @@ def main() -> int:
                 pools.CreatePool(tenantId="acme", poolId=pool_id, siteId=site_id, name="p", workspaceId="w"),
             )
             write(
-                [request_item(pool_id, site_id, "pending") for _ in range(PENDING)]
-                + [request_item(pool_id, site_id, ("rejected", "consumed")[i % 2]) for i in range(DECIDED)]
+                [request_item(pool_id, "pending", site_id) for _ in range(PENDING)]
+                + [request_item(pool_id, ("rejected", "consumed")[i % 2], site_id) for i in range(DECIDED)]
             )
         made = size
         calls.clear()

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from joinplane import container
+from tests.support import call
 from tests.support.csr import Csrs, OpensslTool
+
+POOL = {"tenantId": "acme", "poolId": "gpu"}
 
 
 @pytest.fixture(autouse=True)
@@ -30,3 +33,21 @@ def csrs(tmp_path_factory: pytest.TempPathFactory) -> Csrs:
 @pytest.fixture
 def ossl(tmp_path: Path) -> OpensslTool:
     return OpensslTool(tmp_path)
+
+
+# The pool `gpu` of tenant acme and a 10-use join token for it, made over the operator API (the
+# API tests' starting point; test_kms_authorities and test_crl define their own `pool` / `token`).
+@pytest.fixture
+def pool(admin_key: str) -> str:
+    reply = call(
+        "/api/compute/pools/create", {**POOL, "siteId": "s1", "name": "GPU", "workspaceId": "w"}, admin_key
+    )
+    assert reply.status == 200, reply.body
+    return "gpu"
+
+
+@pytest.fixture
+def token(admin_key: str, pool: str) -> str:
+    reply = call("/api/compute/joinTokens/create", {**POOL, "maxUses": 10}, admin_key)
+    assert reply.status == 200, reply.body
+    return str(reply.body["token"])

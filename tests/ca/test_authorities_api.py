@@ -33,22 +33,6 @@ def key_with(admin_key: str, *grants: str) -> str:
     return str(reply.body["key"])
 
 
-@pytest.fixture
-def pool(admin_key: str) -> str:
-    reply = call(
-        "/api/compute/pools/create", {**POOL, "siteId": "s1", "name": "GPU", "workspaceId": "w"}, admin_key
-    )
-    assert reply.status == 200, reply.body
-    return "gpu"
-
-
-@pytest.fixture
-def token(admin_key: str, pool: str) -> str:
-    reply = call("/api/compute/joinTokens/create", {**POOL, "maxUses": 10}, admin_key)
-    assert reply.status == 200, reply.body
-    return str(reply.body["token"])
-
-
 def admit(token: str, directory: Path) -> dict[str, Any]:
     directory.mkdir()
     reply = join({"joinToken": token, "csr": openssl_csr(directory, "/CN=m")})

@@ -27,22 +27,6 @@ IMPORT = "/api/compute/certificateAuthorities/importCertificate"
 
 
 @pytest.fixture
-def pool(admin_key: str) -> str:
-    reply = call(
-        "/api/compute/pools/create", {**POOL, "siteId": "s1", "name": "GPU", "workspaceId": "w"}, admin_key
-    )
-    assert reply.status == 200, reply.body
-    return "gpu"
-
-
-@pytest.fixture
-def token(admin_key: str, pool: str) -> str:
-    reply = call("/api/compute/joinTokens/create", {**POOL, "maxUses": 10}, admin_key)
-    assert reply.status == 200, reply.body
-    return str(reply.body["token"])
-
-
-@pytest.fixture
 def org(tmp_path: Path) -> OrgPki:
     return OrgPki(tmp_path / "org")
 
