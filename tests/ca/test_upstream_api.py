@@ -50,6 +50,11 @@ def signed_request(admin_key: str, org: OrgPki, issuer: Authority, name: str = "
     return org.sign(issuer, reply.body["csr"], name, **how).pem
 
 
+def kms_key_count() -> int:
+    pages = aws.client("kms").get_paginator("list_keys").paginate()
+    return sum(len(page["Keys"]) for page in pages)
+
+
 def state(admin_key: str) -> tuple[Any, ...]:
     """What a refused import must leave as it was: the answer of get and every CA record."""
     return call(GET, POOL, admin_key).body, sorted(authorities_db.list_pool("acme", "gpu"))
@@ -283,3 +288,28 @@ def test_an_archived_pool_takes_no_request_and_no_import(
         reply = call(route, body, admin_key)
         assert (reply.status, reply.reason) == (409, "POOL_ARCHIVED")
     assert state(admin_key) == before
+
+
+def test_another_tenants_key_can_neither_ask_for_nor_import_a_pools_ca(
+    admin_key: str, pool: str, org: OrgPki, root: Authority
+) -> None:
+    # Given a pool of acme with a signed request waiting, and a key of tenant globex that holds
+    # every compute permission in its own tenant
+    certificate = signed_request(admin_key, org, root)
+    before = state(admin_key)
+    reply = call(
+        "/api/compute/apiKeys/create", {"tenantId": "globex", "grants": ["compute:*@tenant"]}, admin_key
+    )
+    assert reply.status == 200, reply.body
+    outsider = str(reply.body["key"])
+    keys_before = kms_key_count()
+    # When it asks for acme's CSR, or imports into acme's pool
+    for route, body in (
+        (CREATE_CSR, POOL),
+        (IMPORT, {**POOL, "certificate": certificate, "chain": [root.pem]}),
+    ):
+        refused = call(route, body, outsider)
+        # Then it is refused as if the pool did not exist for it, and nothing changed (no KMS key either)
+        assert refused.status in (403, 404), refused.body
+    assert state(admin_key) == before
+    assert kms_key_count() == keys_before
