@@ -49,6 +49,26 @@ def rejoin(token: str, machine: Any) -> Any:
     return join(None, raw=raw, proof=proof)
 
 
+def renewal(machine: Any, machine_token: str, new: Any = None) -> Callable[[], Any]:
+    """A renewal of the machine: with its own key, or (`new`: a CsrFile) onto a new key, signed by both."""
+
+    def renew() -> Any:
+        csr = new.pem if new is not None else machine.new_csr()
+        raw = json.dumps({"machineToken": machine_token, "csr": csr}).encode()
+        rotation = {"public_key": machine.key, "new_key": new.key_path} if new is not None else {}
+        proof = sign_proof(
+            machine.key,
+            purpose="renew",
+            credential=machine_token,
+            body=raw,
+            timestamp_ms=int(clock.epoch() * 1000),
+            **rotation,
+        )
+        return join(None, raw=raw, proof=proof, path="/machines/renew")
+
+    return renew
+
+
 def serial(pem: str) -> int:
     return x509.load_pem_x509_certificate(pem.encode()).serial_number
 
@@ -61,22 +81,9 @@ def test_a_rejoin_racing_a_same_key_renewal_loses_no_certificate_from_revocation
     machine = machine_factory()
     first = join({"joinToken": token, "csr": machine.csr, "hostname": "gpu-01"})
     assert first.status == 200, first.body
-    machine_token = first.body["machineToken"]
-
-    def renew() -> Any:
-        raw = json.dumps({"machineToken": machine_token, "csr": machine.new_csr()}).encode()
-        proof = sign_proof(
-            machine.key,
-            purpose="renew",
-            credential=machine_token,
-            body=raw,
-            timestamp_ms=int(clock.epoch() * 1000),
-        )
-        return join(None, raw=raw, proof=proof, path="/machines/renew")
-
     # When it re-joins while a same-key renewal commits between the re-join's read and its write
     renewed: list[Any] = []
-    renewal_slipped_in(monkeypatch, renew, renewed)
+    renewal_slipped_in(monkeypatch, renewal(machine, first.body["machineToken"]), renewed)
     again = rejoin(token, machine)
     # Then the re-join does not commit over the renewal: it is told to retry (409, as a concurrent change)
     assert (again.status, again.body["code"]) == (409, 10), again.body
@@ -103,25 +110,11 @@ def test_a_rejoin_with_the_old_key_racing_a_key_rotating_renewal_gets_no_certifi
     machine = machine_factory()
     first = join({"joinToken": token, "csr": machine.csr, "hostname": "gpu-01"})
     assert first.status == 200, first.body
-    machine_token = first.body["machineToken"]
     new = make_csr(tmp_path / "new", "p256", "/CN=m", key_name="new.key", csr_name="new.csr")
-
-    def renew() -> Any:
-        raw = json.dumps({"machineToken": machine_token, "csr": new.pem}).encode()
-        proof = sign_proof(
-            machine.key,
-            purpose="renew",
-            credential=machine_token,
-            body=raw,
-            public_key=machine.key,
-            new_key=new.key_path,
-            timestamp_ms=int(clock.epoch() * 1000),
-        )
-        return join(None, raw=raw, proof=proof, path="/machines/renew")
 
     # When the old key re-joins while the key-rotating renewal commits between its read and write
     renewed: list[Any] = []
-    renewal_slipped_in(monkeypatch, renew, renewed)
+    renewal_slipped_in(monkeypatch, renewal(machine, first.body["machineToken"], new), renewed)
     again = rejoin(token, machine)
     # Then the old key gets no certificate, now or on a retry: the renewal retired it
     assert again.status == 409, again.body
