@@ -30,7 +30,7 @@ from joinplane_cli.version import VERSION
 USER_AGENT = f"joinplane-cli/{VERSION}"
 DEFAULT_TIMEOUT = 30.0
 
-# gRPC status codes by number, as seed 002's rpcStatus carries them.
+# gRPC status codes by number, as levers9 JoinMachine's rpcStatus carries them.
 GRPC_NAMES = {
     1: "CANCELLED",
     2: "UNKNOWN",

@@ -1,4 +1,5 @@
-"""The facts a joining machine reports about itself (seed 002's names), from wherever Linux keeps them.
+"""The facts a joining machine reports about itself (levers9 JoinMachine's names), from wherever
+Linux keeps them.
 
 Every source is optional: a container has no DMI, most machines have no GPU, few have a TPM or
 tpm2-tools, and DMI serials are root-only. A missing or unreadable source is skipped and noted in
@@ -27,7 +28,7 @@ TOOL_TIMEOUT_SECONDS = 15
 FINGERPRINT_DOMAIN = b"joinplane-machine-fingerprint-v1"
 EK_PERSISTENT_HANDLE = "0x81010001"  # TCG EK Credential Profile: the RSA EK's persistent handle
 
-# Go's GOARCH names: seed 002's clients are Go programs and report `runtime.GOARCH`.
+# Go's GOARCH names: levers9's clients are Go programs and report `runtime.GOARCH`.
 _ARCH = {
     "x86_64": "amd64",
     "amd64": "amd64",

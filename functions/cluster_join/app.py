@@ -1,4 +1,4 @@
-"""POST /cluster/accept-join (and Sylve's /api/cluster/accept-join): seed 000, Sylve's dialect
+"""POST /cluster/accept-join (and Sylve's /api/cluster/accept-join): Sylve's accept-join dialect
 (X-Cluster-Key, the status/message/error/data envelope). The order is the contract: credential
 (403/401) before size (413) before the body is parsed (400), then the leader's checks."""
 

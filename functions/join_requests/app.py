@@ -1,4 +1,4 @@
-"""POST /api/compute/joinRequests/{list,get,approve,reject} (seed 001, plus get)"""
+"""POST /api/compute/joinRequests/{list,get,approve,reject} (the joinRequests API, plus get)"""
 
 from __future__ import annotations
 

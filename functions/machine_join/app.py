@@ -1,4 +1,5 @@
-"""POST /machines/join and POST /machines/renew: seed 002's dialect (grpc-gateway JSON, rpcStatus)."""
+"""POST /machines/join and POST /machines/renew: levers9 JoinMachine's dialect (grpc-gateway JSON,
+rpcStatus)."""
 
 from __future__ import annotations
 

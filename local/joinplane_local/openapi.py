@@ -7,9 +7,9 @@ give, from typed models.
   functions return); both are named by the table. Errors are the operator envelope, and API
   Gateway's own `{"message": ...}` where the gateway answers before a function runs (no
   `Authorization` header: 401).
-- `/machines/join`, `/machines/renew`: seed 002's schemas (grpc-gateway JSON, `rpcStatus` errors)
+- `/machines/join`, `/machines/renew`: levers9 JoinMachine's schemas (grpc-gateway JSON, `rpcStatus` errors)
   plus the additive fields docs/join.md lists.
-- `/cluster/accept-join` (and Sylve's `/api/cluster/accept-join`): seed 000's request and
+- `/cluster/accept-join` (and Sylve's `/api/cluster/accept-join`): Sylve accept-join's request and
   Sylve's `{status, message, error, data}` envelope.
 
 What a pydantic model cannot say in JSON Schema (a validator's rule: "exactly one of poolId or
@@ -53,7 +53,7 @@ Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
 
-# --- the operator API ----------------------------------------------------------------------------
+# --- the operator API --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -435,7 +435,7 @@ def _operator_errors() -> Schema:
     }
 
 
-# --- what the validators say that the models' JSON Schema does not ------------------------------
+# --- what the validators say that the models' JSON Schema does not -----------------------------
 
 
 def _ecma(pattern: str) -> str:
@@ -552,7 +552,7 @@ REQUEST_PATCHES: dict[str, Callable[[Schema], None]] = {
 }
 
 
-# --- seed 002: /machines/join and /machines/renew ---------------------------------------------
+# --- levers9's JoinMachine: /machines/join and /machines/renew ---------------------------------
 
 
 def _nullable(schema: Schema) -> Schema:
@@ -921,7 +921,7 @@ def _grpc_errors() -> Schema:
 
 
 def _machine_operations() -> dict[str, Schema]:
-    """Seed 002's two operations by operationId (the route table gives their paths)."""
+    """levers9 JoinMachine's two operations by operationId (the route table gives their paths)."""
     response = "#/components/schemas/controlplaneJoinMachineResponse"
     join_example = {
         "joinToken": "jpt_01m8nz6smg0chzvz0b58z6hma5_nd96v84g4q2p5cd1pr2rhpe0g1qwgdet",
@@ -1048,7 +1048,7 @@ def _crl_operation() -> Schema:
     }
 
 
-# --- seed 000: /cluster/accept-join -------------------------------------------------------------
+# --- Sylve's accept-join: /cluster/accept-join -------------------------------------------------
 
 
 def _sylve_schemas() -> dict[str, Schema]:
@@ -1158,7 +1158,7 @@ def _cluster_operation(route: Route) -> Schema:
     }
 
 
-# --- the document -------------------------------------------------------------------------------
+# --- the document ------------------------------------------------------------------------------
 
 
 def routes() -> list[str]:
@@ -1228,7 +1228,7 @@ class _Components:
 
 def _with_table_fields(operation: Schema, route: Route) -> Schema:
     """The operation with the table's operationId and security, placed where the document has
-    always had them (the operator API's id after its description, the seeds' after the summary)."""
+    always had them (the operator API's id after its description, the public contracts' after the summary)."""
     id_after = "description" if route.auth == "api-key" else "summary"
     placed: Schema = {}
     for key, value in operation.items():

@@ -317,7 +317,7 @@ def start_runtime(
             stream_poll_seconds=AWS_STREAM_POLL_SECONDS if mode == "aws" else STREAM_POLL_SECONDS,
         )
         if run_workers:
-            worker_set.start()  # before seeding: the stream consumers see the seed's writes
+            worker_set.start()  # before seeding: the stream consumers see the dev tenant's writes
         gateway = Gateway(template, functions, host=host, port=port, log=out)
         worker_set.register_routes(gateway)
         # The port is taken before seeding (the dev pool's bootstrap names the real URL), and

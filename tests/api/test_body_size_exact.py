@@ -1,5 +1,5 @@
 """Body limits measure a base64 body (API Gateway's form of a body that is not UTF-8) exactly
-(issue 9, item 8): at exactly the limit a body is read (and refused for what it says, 400), one
+at the limit: a body is read (and refused for what it says, 400), one
 byte more is 413, in every dialect."""
 
 from __future__ import annotations

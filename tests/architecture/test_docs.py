@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.markdown import broken_links, internal_words, user_docs
+from tests.support.markdown import INTERNAL, broken_links, internal_words, user_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = user_docs(ROOT)
@@ -88,3 +88,37 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     ]
     assert internal_words(good.read_text()) == []
     assert broken_links(good, tmp_path) == []
+
+
+# The code speaks to its readers too: a comment or docstring that cites a tracker number or a seed
+# file says where a rule came from, not why it holds. These two files define and test the words.
+_WORD_LISTS = {"tests/architecture/test_docs.py", "tests/support/markdown.py"}
+_CODE_SUFFIXES = {".py", ".js", ".css", ".html", ".yaml", ".yml", ".toml", ".sh", ".txt"}
+
+
+def _code_files() -> list[Path]:
+    roots = [ROOT / name for name in ("layers", "local", "cli", "functions", "tests", ".ci")]
+    found = [ROOT / "template.yaml", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for root in roots:
+        for path in root.rglob("*"):
+            parts = set(path.relative_to(ROOT).parts)
+            if parts & {"node_modules", "__pycache__", ".venv", "dist", "build"} or not path.is_file():
+                continue
+            if path.suffix in _CODE_SUFFIXES or path.name == "run":
+                found.append(path)
+    return [path for path in found if str(path.relative_to(ROOT)) not in _WORD_LISTS]
+
+
+def test_no_internal_words_in_code() -> None:
+    # Given every source, test, template and build file of the repository
+    files = _code_files()
+    assert len(files) > 200
+    # When each is searched for the project's internal words (tracker and seed-file numbers)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for match in INTERNAL.finditer(line)
+    ]
+    # Then there are none: name the contract by its public name, and say why the rule holds
+    assert found == []

@@ -1,4 +1,4 @@
-"""Issue 12 over the HTTP API: certificateAuthorities/get and /rotate (authorizer and function as
+"""Pool CAs over the HTTP API: certificateAuthorities/get and /rotate (authorizer and function as
 API Gateway calls them), joins and renewals handing out the bundle, every result checked with the
 openssl CLI, and every change an audit event naming the acting key."""
 

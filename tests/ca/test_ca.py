@@ -61,7 +61,7 @@ def rejected(csr_pem: str) -> str:
     return raised.value.message
 
 
-# --- parse_csr: what a machine may propose ---------------------------------------------------------
+# --- parse_csr: what a machine may propose -----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_the_join_identity_follows_the_key_not_the_csr(csrs: Csrs) -> None:
     assert ca.parse_csr(csrs["p256"].pem).public_key_sha256 != ca.parse_csr(first).public_key_sha256
 
 
-# --- issue_machine_certificate: what the server decides -------------------------------------------
+# --- issue_machine_certificate: what the server decides ----------------------------------------
 
 
 @pytest.mark.usefixtures("table")
@@ -393,7 +393,7 @@ def test_each_pool_has_its_own_ca_and_certificates_do_not_cross_pools(csrs: Csrs
     assert ossl.verify(other_tenant.ca_certificates_pem, other_tenant.certificate_pem).returncode == 0
 
 
-# --- the pool CA --------------------------------------------------------------------------------------
+# --- the pool CA -------------------------------------------------------------------------------
 
 
 @pytest.mark.usefixtures("table")
@@ -415,7 +415,7 @@ def test_a_certificate_never_outlives_its_ca(csrs: Csrs) -> None:
 def test_long_ids_shorten_the_ca_name_to_64_characters_and_keep_pools_apart(
     csrs: Csrs, ossl: OpensslTool
 ) -> None:
-    # Given the longest ids the brief allows, in two pools that differ only at the very end
+    # Given the longest ids the API allows, in two pools that differ only at the very end
     tenant, pool_a, pool_b = "t" * 128, "p" * 127 + "a", "p" * 127 + "b"
     # When certificates are issued in both
     a = issue(csrs["p256"].pem, tenant=tenant, pool=pool_a, machine="m" * 64)

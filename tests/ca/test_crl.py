@@ -1,4 +1,4 @@
-"""Issue 12 item 4: revocation that clients honour. Machines join and are revoked over the HTTP API
+"""Revocation that clients honour. Machines join and are revoked over the HTTP API
 (authorizer and functions as API Gateway calls them); each certificate's CRL distribution point is
 fetched from the route that serves it, and every verdict is the openssl CLI's."""
 

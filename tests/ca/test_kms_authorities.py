@@ -1,4 +1,4 @@
-"""Issue 12, items 1 and 2: each pool's CA key is a KMS key that never leaves KMS, rotation keeps a
+"""Each pool's CA key is a KMS key that never leaves KMS, rotation keeps a
 trust bundle, and every change is one transaction. Checked against the session's moto server (KMS
 and DynamoDB) and with the openssl CLI, as a machine or a verifier would."""
 
@@ -81,7 +81,7 @@ def key_state(key_id: str) -> str:
     return str(aws.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"])
 
 
-# --- the key never leaves KMS ---------------------------------------------------------------------
+# --- the key never leaves KMS ------------------------------------------------------------------
 
 
 def test_a_pools_first_certificate_makes_a_tagged_p256_kms_key_whose_public_key_the_ca_holds(
@@ -242,7 +242,7 @@ def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:
     assert not isinstance(raised.value, Unavailable)
 
 
-# --- rotation and the bundle ----------------------------------------------------------------------
+# --- rotation and the bundle -------------------------------------------------------------------
 
 
 def test_rotation_keeps_machines_issued_before_it_verifying_with_the_bundle(
@@ -334,7 +334,7 @@ def test_rotating_an_archived_pool_is_refused_and_changes_nothing(csrs: Csrs, po
     assert len(pending) == 1
 
 
-# --- races: released together against the one moto server ------------------------------------------
+# --- races: released together against the one moto server --------------------------------------
 
 
 def test_eight_first_joins_of_a_new_pool_converge_on_one_ca_and_the_losers_keys_are_deleted(

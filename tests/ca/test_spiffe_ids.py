@@ -1,4 +1,4 @@
-"""Issue 9, item 3: every machine's SPIFFE ID is one the SPIFFE ID standard accepts, and no two
+"""Every machine's SPIFFE ID is one the SPIFFE ID standard accepts, and no two
 tenant/pool ids the API accepts share one.
 
 `spiffe_id_problem` below is a strict SPIFFE ID parser written from the standard's rules (SPIFFE-ID.md
@@ -30,7 +30,7 @@ POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 ID_CHARACTERS = string.ascii_letters + string.digits + "._:-"
 
 
-# --- a SPIFFE ID parser, from the standard ---------------------------------------------------------
+# --- a SPIFFE ID parser, from the standard -----------------------------------------------------
 
 _TRUST_DOMAIN_CHARACTERS = re.compile(r"[a-z0-9._-]+")
 _SEGMENT_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
@@ -134,7 +134,7 @@ def test_the_parser_accepts_what_the_standard_accepts(uri: str) -> None:
     assert_valid(uri)
 
 
-# --- certificates, as a machine receives them -------------------------------------------------------
+# --- certificates, as a machine receives them --------------------------------------------------
 
 
 @pytest.mark.usefixtures("table")
@@ -206,7 +206,7 @@ def test_an_unusable_trust_domain_fails_issuance_and_creates_no_ca(
     assert authorities_db.get_pointer("acme", "gpu-east") is None
 
 
-# --- every id the API accepts: valid, reversible, distinct ------------------------------------------
+# --- every id the API accepts: valid, reversible, distinct -------------------------------------
 
 
 def small_ids() -> list[str]:
@@ -310,7 +310,7 @@ def test_segment_refuses_what_the_api_would(bad: str) -> None:
         spiffe.segment(bad)
 
 
-# --- the trust domain is a deployment setting --------------------------------------------------------
+# --- the trust domain is a deployment setting --------------------------------------------------
 
 
 def test_template_settings_local_runtime_and_samconfig_agree_on_the_trust_domain() -> None:

@@ -1,4 +1,4 @@
-"""Issue 12, item 3 (its crypto core): a pool CA whose KMS key is certified by the organisation's own
+"""An upstream root, its crypto core: a pool CA whose KMS key is certified by the organisation's own
 root. The organisation's side is the openssl CLI (tests/support/openssl_ca.py), as its operators
 would run it; the KMS keys are moto's (the session's emulator)."""
 
@@ -72,7 +72,7 @@ def refusal(
     return refused.value
 
 
-# --- The request ------------------------------------------------------------------------------------
+# --- The request -------------------------------------------------------------------------------
 
 
 def test_the_csr_is_for_the_kms_key_signed_by_it_and_asks_for_a_pool_ca(
@@ -111,7 +111,7 @@ def test_a_csr_kms_signed_with_another_key_fails_loudly_instead_of_shipping(
         upstream.csr_for_key(pending.key_id, SUBJECT)
 
 
-# --- Accepted ---------------------------------------------------------------------------------------
+# --- Accepted ----------------------------------------------------------------------------------
 
 
 def test_an_intermediate_signed_by_the_organisations_root_issues_machines_that_verify_to_that_root(
@@ -153,7 +153,7 @@ def test_a_chain_through_an_organisation_intermediate_verifies_and_clips_to_its_
     assert org.verify(root, [intermediate.pem, middle.pem], machine).strip().endswith("OK")
 
 
-# --- Refused ----------------------------------------------------------------------------------------
+# --- Refused -----------------------------------------------------------------------------------
 
 
 def test_a_certificate_for_another_key_is_refused(pending: PendingKey, org: OrgPki, root: Authority) -> None:

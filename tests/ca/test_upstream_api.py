@@ -1,4 +1,4 @@
-"""Issue 12, item 3 over the HTTP API: an upstream root (bring your own). The operator asks for a CSR
+"""Over the HTTP API: an upstream root (bring your own). The operator asks for a CSR
 (certificateAuthorities/createCsr), the organisation's CA (the openssl CLI here, as its operators
 would run it) signs it, and certificateAuthorities/importCertificate installs the result as the
 pool's issuing CA. Machines then verify up to the organisation's root with

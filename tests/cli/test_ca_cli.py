@@ -1,4 +1,4 @@
-"""`joinplane ca get|rotate` against a local runtime (issue 12): an operator rotates a pool's CA from a
+"""`joinplane ca get|rotate` against a local runtime: an operator rotates a pool's CA from a
 terminal; machines joined before and after both verify with the bundle `ca get` writes out, and a
 machine's next renewal brings the new CA into its own ca.crt."""
 

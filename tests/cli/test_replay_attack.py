@@ -1,7 +1,7 @@
-"""Issue 9.1, as an attacker runs it: a proxy captures a real agent's joins and renewals (body and
-every header), then the attacker replays them, as they were and with the pool's other tokens,
-within the proof window and after it. None of it is worth a machine token or a certificate, and
-the real machine is never locked out."""
+"""Replaying captured credentials, as an attacker runs it: a proxy captures a real agent's joins and renewals
+(body and every header), then the attacker replays them, as they were and with the pool's other tokens, within
+the proof window and after it. None of it is worth a machine token or a certificate, and the real machine is
+never locked out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Concurrent accept-joins against the moto server within the invocation's time (issue 9, item 5).
+"""Concurrent accept-joins against the moto server within the invocation's time.
 
 8 nodes joining one cluster at once, every one of them claiming guest IDs in the same guest items,
 serialise: of the joins that read an item together one commits, the others decide again. On a

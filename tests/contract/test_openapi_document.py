@@ -155,7 +155,7 @@ def test_the_join_wire_is_seed_002_plus_our_fields() -> None:
     ],
 )
 def test_the_join_wire_schemas_name_the_fields_its_answers_carry(component: str, answer: str) -> None:
-    # Given a hand-written seed 002 schema and the TypedDict join_wire builds that answer as
+    # Given a hand-written levers9 JoinMachine schema and the TypedDict join_wire builds that answer as
     from typing import NotRequired, get_origin, get_type_hints
 
     from joinplane import views

@@ -1,4 +1,4 @@
-"""Issue 4 over HTTP, the whole chain running locally: table stream → publisher → EventBridge (moto)
+"""Security events over HTTP, the whole chain running locally: table stream → publisher → EventBridge (moto)
 → rule → audit consumer → auditEvents/list."""
 
 from __future__ import annotations

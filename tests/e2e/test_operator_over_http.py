@@ -1,4 +1,4 @@
-"""Issue 2 over HTTP: the local runtime serves the template's routes with the real authorizer."""
+"""The operator API over HTTP: the local runtime serves the template's routes with the real authorizer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11, item 6: operators' actions reach the audit trail. Each action is made over its operator
+"""Operators' actions reach the audit trail. Each action is made over its operator
 route (authorizer and function, as API Gateway would call them); the table's stream, through the
 template's filter, goes through the publisher into the audit trail. Each event names the acting
 API key by id and carries no secret, nor a secret's hash."""

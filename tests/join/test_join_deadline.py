@@ -1,4 +1,4 @@
-"""Issue 9.5 on the join path: a join whose invocation is about to run out of time stops before the
+"""Deadlines on the join path: a join whose invocation is about to run out of time stops before the
 next attempt and answers 503 in rpcStatus with gRPC's retry hint, never a gateway timeout; the
 retry that follows is an ordinary join."""
 

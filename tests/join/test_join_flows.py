@@ -27,7 +27,7 @@ def test_admit_returns_identity_certificate_and_bootstrap(
     # Given a pool token and a machine with an openssl-made key
     token = make_token(maxUses=2)
     machine = machine_factory()
-    # When it joins with the seed's fields (int64 as strings, as proto3 JSON allows) and a CSR
+    # When it joins with JoinMachine's fields (int64 as strings, as proto3 JSON allows) and a CSR
     reply = join(
         {
             "joinToken": token["token"],
@@ -41,7 +41,7 @@ def test_admit_returns_identity_certificate_and_bootstrap(
             "csr": machine.csr,
         }
     )
-    # Then it is admitted with the seed's response, every field present
+    # Then it is admitted with JoinMachine's response, every field present
     assert reply.status == 200, reply.body
     body = reply.body
     assert body["ok"] is True and body["errMsg"] == ""

@@ -1,4 +1,4 @@
-"""Issue 9.2: after `pools/update`, every path that hands out a machine's settings uses the pool as
+"""After `pools/update`, every path that hands out a machine's settings uses the pool as
 it is now, even in a container that cached the pool before the update (the cache is only ever
 trusted through the transaction's version check, and a failed check re-reads the pool)."""
 

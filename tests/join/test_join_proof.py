@@ -1,6 +1,6 @@
-"""Issue 9.1: credentials for an identity that already exists need a fresh, single-use proof of
+"""Credentials for an identity that already exists need a fresh, single-use proof of
 possession of its key (docs/join.md, "Proof of possession"). The first join of a new key keeps
-seed 002's shape; a fingerprint-only join keeps working unless its token requires a key."""
+levers9 JoinMachine's shape; a fingerprint-only join keeps working unless its token requires a key."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ def machine_record(machine_id: str) -> dict[str, Any]:
     return item
 
 
-# --- the first join and the re-join -----------------------------------------------------------
+# --- the first join and the re-join ------------------------------------------------------------
 
 
 def test_a_first_join_needs_no_proof_and_a_rejoin_without_one_gets_nothing(
     make_token, machine_factory
 ) -> None:
-    # Given a machine admitted with a plain CSR (seed 002's shape plus csr: no proof)
+    # Given a machine admitted with a plain CSR (JoinMachine's shape plus csr: no proof)
     token = make_token(maxUses=5)
     machine = machine_factory()
     first = join(rejoin_body(token, machine))
@@ -200,7 +200,7 @@ def test_concurrent_replays_of_one_proof_admit_exactly_one(make_token, machine_f
     assert all(r.status in (401, 409) for r in replies if r.status != 200)
 
 
-# --- consuming an approval ------------------------------------------------------------------
+# --- consuming an approval ---------------------------------------------------------------------
 
 
 def approved_machine(make_token, machine_factory, admin_key) -> tuple[dict[str, Any], Any, str]:
@@ -260,7 +260,7 @@ def test_a_dry_run_says_a_rejoin_needs_a_proof(make_token, machine_factory) -> N
     assert proven.body["verdict"] == "admit"
 
 
-# --- renewals ------------------------------------------------------------------------------
+# --- renewals ----------------------------------------------------------------------------------
 
 
 def test_a_captured_renewal_is_worth_nothing(make_token, machine_factory) -> None:
@@ -357,7 +357,7 @@ def test_a_renewal_cannot_rotate_into_another_machines_key(make_token, machine_f
     assert all_items() == before
 
 
-# --- fingerprint identities ------------------------------------------------------------------
+# --- fingerprint identities --------------------------------------------------------------------
 
 
 def test_fingerprint_joins_still_work_for_levers9_clients(make_token) -> None:

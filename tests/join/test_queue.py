@@ -1,4 +1,4 @@
-"""The approval queue (seed 001): decisions race-free, isolation exactly as the seed says, and
+"""The approval queue (the joinRequests API): decisions race-free, isolation exactly as its contract says, and
 listing that pages correctly within its stated query bound."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_isolation_between_pools_and_tenants(make_token, machine_factory, admin_
     ],
 )
 def test_seed_constraints(make_token, admin_key, field) -> None:
-    # Given a list or approve body with one field outside the seed's constraints
+    # Given a list or approve body with one field outside the contract's constraints
     name, value = field
     path = "list" if name in ("limit", "state") else "approve"
     body = {"tenantId": "acme", "poolId": "gpu", name: value}

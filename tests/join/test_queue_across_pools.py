@@ -68,7 +68,7 @@ def queue(admin_key, make_token, machine_factory) -> dict[str, list[str]]:
     }
 
 
-# --- the queue across pools ------------------------------------------------------------------
+# --- the queue across pools --------------------------------------------------------------------
 
 
 def test_without_a_pool_every_request_of_every_pool_and_site_shows_once_oldest_first(
@@ -216,7 +216,7 @@ def test_approving_by_id_decides_against_the_requests_own_pool(queue, admin_key)
     assert reply.status == 200, reply.body
     assert (reply.body["state"], reply.body["poolId"]) == ("approved", "cpu")
     assert stored(queue["cpu"][0])["state"] == "approved"
-    # And approving again, with the pool named as seed 001 has it, returns the approval unchanged
+    # And approving again, with the pool named as the joinRequests API has it, returns the approval unchanged
     again = call(APPROVE, {"tenantId": "acme", "poolId": "cpu", "requestId": queue["cpu"][0]}, key)
     assert again.status == 200 and again.body == reply.body
 

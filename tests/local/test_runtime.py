@@ -76,7 +76,7 @@ def test_a_seed_that_fails_stops_the_start_and_frees_the_port_it_had_bound(
     thread.start()
     thread.join(timeout=30)
 
-    # Then: the start failed promptly with the seed's error (no hang waiting on a server that
+    # Then: the start failed promptly with the seeding's error (no hang waiting on a server that
     # never served), the port is free again, and the environment is as it was
     assert not thread.is_alive(), "start_runtime hung after a failed seed"
     assert [str(e) for e in outcome] == ["seed failed"]

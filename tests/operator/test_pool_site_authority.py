@@ -1,4 +1,4 @@
-"""Issue 9, item 4: a pool-scoped key must not choose a site.
+"""A pool-scoped key must not choose a site.
 
 A pool sees its site's unclaimed join requests (those made with a site token) and can approve them.
 So putting a pool in a site is an act on the site: `pools/create` needs `compute:pools:write` at

@@ -28,7 +28,7 @@ from joinplane.dal.authorities import CertificateAuthority
 from joinplane.dal.revocations import Crl, Revoked
 from joinplane.errors import Internal, NotFound, Unavailable
 
-# RFC 5280 lets nextUpdate be anything; issue 12 asks for at most 7 days. Three days, rebuilt after
+# RFC 5280 lets nextUpdate be anything; we promise operators at most 7 days. Three days, rebuilt after
 # one: a verifier caching it until nextUpdate still sees a revocation within three days at worst,
 # and a day of KMS or table trouble does not leave anyone with an expired CRL.
 NEXT_UPDATE_SECONDS = 3 * 24 * 3600

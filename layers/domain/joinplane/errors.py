@@ -1,5 +1,5 @@
 """Domain errors. Each carries a canonical code and a stable reason; every dialect (operator
-envelope, seed 002's rpcStatus, Sylve's envelope) maps these codes to its own status in exactly one
+envelope, levers9 JoinMachine's rpcStatus, Sylve's envelope) maps these codes to its own status in exactly one
 place, and shows the reason where its envelope can hold one.
 
 The code says how to treat the answer in general (retry, fix the request, re-authenticate); the

@@ -1,6 +1,6 @@
 """Prefixed, lowercase ULIDs: `jreq_01j9...`.
 
-Lowercase Crockford base32 (no i, l, o, u) so ids match the seed pattern
+Lowercase Crockford base32 (no i, l, o, u) so ids match the joinRequests API's pattern
 `^jreq_[0-9a-hjkmnp-tv-z]{26,52}$`, sort by creation time as strings, and carry 80 random bits.
 """
 

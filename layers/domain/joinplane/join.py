@@ -1,5 +1,5 @@
-"""Machine join (seed 002) and renewal: read the facts, decide, commit, and on a lost condition read
-again and decide again.
+"""Machine join (levers9's JoinMachine) and renewal: read the facts, decide, commit, and on a lost
+condition read again and decide again.
 
 - `joinplane.join_facts` reads what the call presents (token, identity, proof, hardware ids,
   preflight, the attestors' lookups); `joinplane.join_decide` decides over typed facts, without
@@ -84,7 +84,7 @@ def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> Pool:
     return pool
 
 
-# --- what a join hands out -----------------------------------------------------------------------
+# --- what a join hands out ---------------------------------------------------------------------
 
 
 class Certificate(NamedTuple):
@@ -130,7 +130,7 @@ def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | Non
 
 
 def _worker_image(pool: Pool, baseline: str | None, sent: str) -> tuple[str, str | None]:
-    """Seed 002: the first image a machine sends is its baseline; sending the baseline (or nothing)
+    """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
     follows the pool's current image, anything else is pinned and handed back as sent."""
     if baseline is None and sent:
         baseline = sent
@@ -237,7 +237,7 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> Join
     )
 
 
-# --- a key seen for the first time ---------------------------------------------------------------
+# --- a key seen for the first time -------------------------------------------------------------
 
 
 def _fresh(attempt: Attempt) -> Response | Identity:
@@ -301,7 +301,7 @@ def _commit_fresh(
         raise Unavailable(NOT_RECORDED) from None
 
 
-# --- a key with a history ------------------------------------------------------------------------
+# --- a key with a history ----------------------------------------------------------------------
 
 
 def _history(attempt: Attempt, record: Identity) -> join_decide.History:
@@ -441,7 +441,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-# --- entry points --------------------------------------------------------------------------------
+# --- entry points ------------------------------------------------------------------------------
 
 
 def _dry_run(attempt: Attempt) -> Response:

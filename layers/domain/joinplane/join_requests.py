@@ -65,16 +65,16 @@ def view(request: JoinRequest) -> views.JoinRequest:
     }
 
 
-# --- seed 001: the approval queue -----------------------------------------------------------
+# --- the joinRequests API: the approval queue --------------------------------------------------
 
-# Seed 001 allows up to 52 characters after the prefix; ours are ULIDs (26).
+# The joinRequests API allows up to 52 characters after the prefix; ours are ULIDs (26).
 REQUEST_ID = rf"^jreq_{ids.BASE32}{{26,52}}$"
 REASON = r"^[^\u0000-\u001f\u007f]*$"
 DECIDE = "compute:join-tokens:create"
 READ = "compute:join-tokens:read"
 
 
-# `poolId` is seed 001's required field; Joinplane also takes a request without it (or null): the
+# `poolId` is the joinRequests API's required field; Joinplane also takes a request without it (or null): the
 # request is then found by its id and decided against its own pool (see `_resolve`).
 OPTIONAL_POOL_ID = Field(default=None, max_length=128, pattern=POOL_ID)
 
@@ -139,12 +139,12 @@ def _reach(
 ) -> Reached:
     """The request and the pool(s) the key acts on it through, with `permission`.
 
-    With a `poolId`, as seed 001 has it: the pool is loaded with `permission` and the request must be
-    one it can decide (`_visible`). Without one, the request is found by its id: a claimed request is
-    checked against its own pool exactly as `pools.load` checks a pool (NOT_FOUND out of the key's
-    sight, PERMISSION_DENIED when seen without `permission`); an unclaimed one against the active
-    pools of its site, the windows onto its site's queue (`_acts_for_site`): NOT_FOUND when the key
-    sees none, PERMISSION_DENIED when it holds `permission` on none."""
+    With a `poolId`, as the joinRequests API has it: the pool is loaded with `permission` and the request must
+    be one it can decide (`_visible`). Without one, the request is found by its id: a claimed request is
+    checked against its own pool exactly as `pools.load` checks a pool (NOT_FOUND out of the key's sight,
+    PERMISSION_DENIED when seen without `permission`); an unclaimed one against the active pools of its site,
+    the windows onto its site's queue (`_acts_for_site`): NOT_FOUND when the key sees none, PERMISSION_DENIED
+    when it holds `permission` on none."""
     if pool_id is not None:
         pool = pools.load(principal, tenant_id, pool_id, permission)
         return Reached(_visible(pool, request_id), pool, (pool,))

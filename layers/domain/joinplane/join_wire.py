@@ -1,4 +1,4 @@
-"""Seed 002's dialect for `POST /machines/join` and `/machines/renew`: grpc-gateway JSON.
+"""levers9 JoinMachine's dialect for `POST /machines/join` and `/machines/renew`: grpc-gateway JSON.
 
 Requests are read with proto3 JSON (protojson) rules, so a client generated from the levers9
 OpenAPI/proto works unchanged: fields by JSON name (`cpuCount`) or proto name (`cpu_count`);
@@ -7,7 +7,7 @@ twice (once per name) is an error. One deliberate difference from grpc-gateway's
 marshaller: unknown fields are refused (code 3) instead of discarded, so a misspelt field cannot
 silently drop a fact an attestor needed.
 
-Responses follow grpc-gateway v2's defaults: every field of the seed's response message is emitted
+Responses follow grpc-gateway v2's defaults: every field of JoinMachine's response message is emitted
 (EmitUnpopulated), int64 values as strings. Errors are `rpcStatus` `{code, message, details}` with
 the gRPC code and grpc-gateway's HTTP status for it; `details` carries a google.rpc.ErrorInfo whose
 `reason` (joinplane.errors' catalogue) tells refusals apart without reading `message`.
@@ -75,7 +75,7 @@ def error_info(error: JoinplaneError) -> dict[str, Any]:
 
 def render_error(error: JoinplaneError) -> dict[str, Any]:
     """`details` holds one google.rpc.ErrorInfo (every error) and, for OutOfTime, gRPC's own retry
-    hint google.rpc.RetryInfo as well (HTTP's is Retry-After). Seed 002 types details as
+    hint google.rpc.RetryInfo as well (HTTP's is Retry-After). JoinMachine's contract types details as
     `protobufAny` (`@type` plus the message's fields), which both are."""
     code, status = GRPC.get(error.code, (13, 500))
     details = [error_info(error)]
@@ -91,7 +91,7 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
     return json_response(status, {"code": code, "message": error.message, "details": details}, headers)
 
 
-# --- reading proto3 JSON -------------------------------------------------------------------------
+# --- reading proto3 JSON -----------------------------------------------------------------------
 #
 # Pydantic models, like the operator API's; protojson's scalar rules are field types (`Text`,
 # `Int64`, ...) whose validators take the raw JSON value, so nothing is coerced that protojson would
@@ -294,7 +294,7 @@ def decode_renew(body: bytes) -> tuple[str, str]:
     return request.machineToken, request.csr
 
 
-# --- writing grpc-gateway JSON -------------------------------------------------------------------
+# --- writing grpc-gateway JSON -----------------------------------------------------------------
 
 
 class JoinedPool(Protocol):

@@ -57,7 +57,7 @@ class Billing(BaseModel):
 
 
 class BootstrapDefaults(BaseModel):
-    """Seed 002's `controlplaneMachineBootstrapConfig`, less `workspaceId` and `poolName` (always
+    """levers9 JoinMachine's `controlplaneMachineBootstrapConfig`, less `workspaceId` and `poolName` (always
     the pool's own), plus `workerImage`: the image machines follow unless they pin their own."""
 
     model_config = STRICT
@@ -172,8 +172,8 @@ def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
 
 
 def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapConfig:
-    """What a machine joining the pool is handed (seed 002's `controlplaneMachineBootstrapConfig`):
-    the pool's defaults, the seed's zero value for each one not set."""
+    """What a machine joining the pool is handed (levers9 JoinMachine's `controlplaneMachineBootstrapConfig`):
+    the pool's defaults, JoinMachine's zero value for each one not set."""
     b, telemetry, billing = pool.bootstrap, pool.bootstrap.telemetry, pool.bootstrap.billing
     return {
         "controlplaneHttpUrl": b.controlplane_http_url or "",
@@ -204,7 +204,7 @@ def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapCon
             "usageToken": billing.usage_token or "",
             "costHookEndpoint": billing.cost_hook_endpoint or "",
             "costHookToken": billing.cost_hook_token or "",
-            # As stored (a whole margin reads back as an int); absent: the seed's zero.
+            # As stored (a whole margin reads back as an int); absent: JoinMachine's zero.
             "billableMarginPct": billing.billable_margin_pct
             if billing.billable_margin_pct is not None
             else 0,

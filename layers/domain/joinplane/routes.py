@@ -7,7 +7,8 @@ The request model and response view are dotted names, `module:attribute`, that o
 generator resolves, so a function never imports pydantic models or views it does not use.
 
 `operation` is the route's OpenAPI operationId, unique across the API; a handler binds to it
-(`@routes.operation("pools.create")`). The seed dialects keep their seeds' operationIds.
+(`@routes.operation("pools.create")`). The contracts we speak (levers9's JoinMachine, the
+joinRequests API, Sylve's accept-join) keep their own operationIds.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Route(NamedTuple):
     function: str  # the AWS::Serverless::Function's logical id in template.yaml
     operation: str
     auth: Auth
-    request: str | None = None  # `module:Model`, or None where the seed's schema is hand-written
+    request: str | None = None  # `module:Model`, or None where the contract's schema is hand-written
     response: str | None = None  # `module:View` (a TypedDict in joinplane.views), likewise
 
 
@@ -182,12 +183,13 @@ ROUTES: tuple[Route, ...] = (
     # A CA's certificate revocation list (DER), named by its certificates' CRL distribution point:
     # verifiers fetch it without credentials. Its answer is hand-written in the OpenAPI generator.
     Route("GET", "/crl/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.crl", "none"),
-    # Seed 002 (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator, seed-exact,
-    # since a pydantic schema would not say proto3 JSON (either field name, int64 as a string);
-    # a contract test holds them to the answers' TypedDicts (views.JoinMachineResponse, ...).
+    # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator,
+    # exactly as the contract has them, since a pydantic schema would not say proto3 JSON (either
+    # field name, int64 as a string); a contract test holds them to the answers' TypedDicts
+    # (views.JoinMachineResponse, ...).
     Route("POST", "/machines/join", "MachineJoinFunction", "ControlPlaneService_JoinMachine", "join-token"),
     Route("POST", "/machines/renew", "MachineJoinFunction", "Joinplane_RenewMachine", "none"),
-    # Seed 000 (Sylve): a node posts to `https://<leader>/api/cluster/accept-join`; the seed
+    # Sylve's accept-join: a node posts to `https://<leader>/api/cluster/accept-join`; the contract
     # documents the path without the API's `/api` base. Both are the one endpoint.
     Route("POST", "/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoin", "cluster-key"),
     Route("POST", "/api/cluster/accept-join", "ClusterJoinFunction", "clusterAcceptJoinApi", "cluster-key"),

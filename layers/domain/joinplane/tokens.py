@@ -32,7 +32,8 @@ class Attestation(BaseModel):
     discovery: Literal["off", "defer-unknown"] = "off"
     tpm: Literal["off", "defer-unlisted", "require"] = "off"
     # `key`: every join must carry a CSR, so the identity is a key the machine can later prove it
-    # holds (fingerprint-only joins, seed 002's plain form, are refused: a fingerprint is no secret).
+    # holds (fingerprint-only joins, levers9 JoinMachine's plain form, are refused: a fingerprint
+    # is no secret).
     identity: Literal["any", "key"] = "any"
 
 

@@ -1,6 +1,6 @@
 """An upstream root (bring your own): the pool's issuing CA as an intermediate of the organisation's PKI.
 
-Two steps, each its own operator call (issue 12, item 3):
+Two steps, each its own operator call:
 
 1. `csr_for_key`: a PKCS#10 request for a pending KMS key, signed in KMS, asking for what the pool
    CA needs (`CA:TRUE, pathlen:0`; `keyCertSign, cRLSign`). The organisation's CA signs it however
@@ -58,7 +58,7 @@ class Checked(NamedTuple):
     not_after: datetime
 
 
-# --- The request -----------------------------------------------------------------------------------
+# --- The request -------------------------------------------------------------------------------
 
 
 def csr_for_key(key_id: str, subject: x509.Name) -> str:
@@ -101,7 +101,7 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
     return request.public_bytes(serialization.Encoding.PEM).decode()
 
 
-# --- The signed intermediate -----------------------------------------------------------------------
+# --- The signed intermediate -------------------------------------------------------------------
 
 
 def check_intermediate(

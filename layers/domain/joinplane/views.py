@@ -460,10 +460,11 @@ class ClusterGuestList(TypedDict):
     nextCursor: NotRequired[int]
 
 
-# --- machine join and renewal (seed 002) -------------------------------------------------------
+# --- machine join and renewal (levers9's JoinMachine) ------------------------------------------
 #
 # grpc-gateway JSON, so these are not pydantic schemas: joinplane_local.openapi writes theirs by hand,
-# seed-exact, and tests/contract/test_openapi_document.py holds the two to the same field names.
+# exactly as the contract has them, and tests/contract/test_openapi_document.py holds the two to
+# the same field names.
 
 
 class TelemetrySinkConfig(TypedDict):
@@ -488,7 +489,7 @@ class BillingConfig(TypedDict):
 
 
 class MachineBootstrapConfig(TypedDict):
-    """Seed 002's `controlplaneMachineBootstrapConfig`: every field present (EmitUnpopulated)."""
+    """levers9 JoinMachine's `controlplaneMachineBootstrapConfig`: every field present (EmitUnpopulated)."""
 
     controlplaneHttpUrl: str
     controlplaneGrpcHost: str
@@ -517,7 +518,7 @@ class JoinRequestRef(TypedDict):
 
 
 class JoinMachineResponse(TypedDict):
-    """Seed 002's `controlplaneJoinMachineResponse` with every field present, plus Joinplane's
+    """levers9 JoinMachine's `controlplaneJoinMachineResponse` with every field present, plus Joinplane's
     additive fields; a dry run's three are present only on a dry run."""
 
     ok: bool

@@ -1,5 +1,5 @@
-"""What every input model shares: identifier patterns (from the brief and seed 001) and the strict
-model configuration.
+"""What every input model shares: identifier patterns (from the product's id rules and the
+joinRequests API) and the strict model configuration.
 
 STRICT: unknown fields are errors, JSON types are not coerced ("600" is not an integer), and each
 model's validator is built on first use rather than at import: a function imports every model of
@@ -16,6 +16,6 @@ TENANT_ID = r"^[A-Za-z0-9._:-]{1,128}$"
 POOL_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 SITE_ID = POOL_ID
 WORKSPACE_ID = r"^[A-Za-z0-9._:-]{1,128}$"
-# Free text a person typed: no control characters (seed 001's `reason` rule).
+# Free text a person typed: no control characters (the joinRequests API's `reason` rule).
 TEXT = r"^[^\u0000-\u001f\u007f]*$"
 ULID = ids.ULID_PATTERN

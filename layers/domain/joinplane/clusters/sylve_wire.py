@@ -1,4 +1,4 @@
-"""Seed 000's dialect for `POST /cluster/accept-join`: what a Sylve leader reads and writes.
+"""Sylve's accept-join dialect for `POST /cluster/accept-join`: what a Sylve leader reads and writes.
 
 Every answer is Sylve's `internal.APIResponse` envelope, `{"status", "message", "error", "data"}`
 in that order, written with Go's `json.Marshal` bytes (`inventory.go_json_compact`) and gin's
@@ -168,7 +168,7 @@ def body(request: HttpRequest) -> bytes:
         raise invalid_payload("request body is not valid base64") from None
 
 
-# --- reading the body as Go would ----------------------------------------------------------------
+# --- reading the body as Go would --------------------------------------------------------------
 
 
 class _Number(str):

@@ -94,7 +94,7 @@ class Billing(NamedTuple):
 
 class Bootstrap(NamedTuple):
     """The pool's bootstrap defaults: only the fields an operator set (None: not set), handed to
-    the machines it admits with the seed's defaults for the rest (joinplane.join_wire)."""
+    the machines it admits with levers9 JoinMachine's zero values for the rest (joinplane.join_wire)."""
 
     controlplane_http_url: str | None = None
     controlplane_grpc_host: str | None = None
@@ -396,7 +396,7 @@ def list_pools(tenant_id: str, *, after: str | None, limit: int) -> PoolPage:
     return PoolPage(pools, complete)
 
 
-# --- the per-container pool cache that joins read ------------------------------------------------
+# --- the per-container pool cache that joins read ----------------------------------------------
 
 _cache: dict[tuple[str, str], Pool] = {}
 container.on_reset(_cache.clear)
