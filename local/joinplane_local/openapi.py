@@ -320,6 +320,7 @@ OPERATOR_CODES = [
     "NOT_FOUND",
     "ALREADY_EXISTS",
     "INVALID_STATE",
+    "ABORTED",
     "PAYLOAD_TOO_LARGE",
     "RESOURCE_EXHAUSTED",
     "INTERNAL",
@@ -421,7 +422,11 @@ def _operator_errors() -> Schema:
         },
         "403": {"description": "PERMISSION_DENIED", "content": _content(error)},
         "404": {"description": "NOT_FOUND: absent, or out of the key's sight", "content": _content(error)},
-        "409": {"description": "ALREADY_EXISTS or INVALID_STATE", "content": _content(error)},
+        "409": {
+            "description": "ALREADY_EXISTS, INVALID_STATE, or ABORTED (`CONCURRENT_CHANGE`: a lost race, "
+            "nothing written; retry)",
+            "content": _content(error),
+        },
         "413": {
             "description": f"PAYLOAD_TOO_LARGE: a body over {operator_api.MAX_BODY_BYTES} bytes",
             "content": _content(error),

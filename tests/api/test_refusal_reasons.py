@@ -15,6 +15,7 @@ import pytest
 import joinplane
 from joinplane import errors, join_wire, operator_api
 from joinplane.clusters import sylve_wire
+from tests.support.markdown import table_with_header
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "layers" / "domain" / "joinplane").rglob("*.py")) + sorted(
@@ -98,3 +99,91 @@ def test_the_catalogue_is_upper_snake_case_and_each_constant_names_itself() -> N
     for reason in errors.CATALOGUE:
         assert reason.replace("_", "").isalpha() and reason.isupper(), reason
         assert getattr(errors, reason) == reason
+
+
+# --- Statuses: every code has a documented one in every dialect, and only a bug is a 500 ----------
+
+DOCS = ROOT / "docs"
+
+
+def _documented(page: str, *header: str) -> dict[str, list[str]]:
+    """A status table of `page`, by its first column (the error code)."""
+    rows = table_with_header((DOCS / page).read_text(), *header)
+    return {row[0]: row[1:] for row in rows}
+
+
+@pytest.mark.parametrize("kind", _every_error_class(), ids=lambda kind: kind.__qualname__)
+def test_every_error_class_has_its_documented_status_in_every_dialect_and_only_a_bug_is_a_500(
+    kind: type[errors.JoinplaneError],
+) -> None:
+    # Given a refusal of this class
+    error = _instance(kind)
+    bug = error.code == "INTERNAL"
+    sylve_only = isinstance(error, sylve_wire.SylveError)
+
+    # When the Sylve envelope renders it, Then its status is documented and 500 only for a bug
+    sylve = sylve_wire.render_error(error)
+    message = json.loads(sylve["body"])["message"]
+    if sylve_only:
+        outcomes = table_with_header((DOCS / "contracts.md").read_text(), "status", "message", "when")
+        assert [str(sylve["statusCode"]), message] in [row[:2] for row in outcomes]
+        return  # Sylve's own outcomes are raised on its path only, never in the other dialects
+    status, documented_message = _documented("contracts.md", "code", "HTTP", "message")[error.code]
+    assert sylve["statusCode"] == int(status)
+    assert message == (documented_message if documented_message.isidentifier() else error.reason.lower())
+
+    # When the operator envelope (the joinRequests API's too) renders it, Then likewise
+    operator = operator_api.render_error(error)
+    assert operator["statusCode"] == int(_documented("contracts.md", "code", "HTTP", "when")[error.code][0])
+
+    # When levers9's JoinMachine dialect renders it, Then its gRPC code and HTTP status are documented
+    joined = join_wire.render_error(error)
+    grpc, http = _documented("join.md", "code", "gRPC code", "HTTP")[error.code]
+    assert (json.loads(joined["body"])["code"], joined["statusCode"]) == (int(grpc), int(http))
+
+    # And in none of them is a refusal a 500: that is kept for bugs (and the API's 5xx alarm)
+    statuses = {sylve["statusCode"], operator["statusCode"], joined["statusCode"]}
+    assert statuses == {500} if bug else 500 not in statuses
+
+
+def test_every_status_table_covers_the_same_codes_as_its_dialect() -> None:
+    # Given the codes the dialects map (a code missing from a table would be answered 500)
+    codes = set(operator_api.STATUS)
+    # Then every dialect maps exactly these, and each page documents exactly these
+    assert set(join_wire.GRPC) == codes and set(sylve_wire.STATUS) == codes
+    assert set(_documented("contracts.md", "code", "HTTP", "when")) == codes
+    assert set(_documented("contracts.md", "code", "HTTP", "message")) == codes
+    assert set(_documented("join.md", "code", "gRPC code", "HTTP")) == codes
+    # And every error class's code is one of them
+    assert {_instance(kind).code for kind in _every_error_class()} - {"SYLVE"} <= codes
+
+
+def _sylve_outcomes_raised() -> set[tuple[int, str]]:
+    """(status, message) of every SylveError(...) made with literals in the sources."""
+    made = set()
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SylveError":
+                status, message = node.args[:2]
+                assert isinstance(status, ast.Constant) and isinstance(message, ast.Constant)
+                made.add((status.value, message.value))
+    return made
+
+
+def test_every_outcome_of_sylves_envelope_is_in_its_documented_table() -> None:
+    # Given every Sylve outcome the sources raise
+    raised = _sylve_outcomes_raised()
+    assert len(raised) >= 6
+    # When the Sylve section's outcome table is read
+    outcomes = table_with_header((DOCS / "contracts.md").read_text(), "status", "message", "when")
+    # Then each (status, message) is a row of it
+    assert raised <= {(int(row[0]), row[1]) for row in outcomes}
+
+
+def test_every_reason_of_the_catalogue_is_in_the_refusal_table() -> None:
+    # When the refusal table of the join page is read
+    header = ("reason", "code (HTTP)", "meaning", "what a client should do")
+    rows = table_with_header((DOCS / "join.md").read_text(), *header)
+    # Then every reason of the catalogue has a row (the generic ones share theirs)
+    listed = {reason.strip() for row in rows for reason in row[0].split(",")}
+    assert sorted(errors.CATALOGUE - listed) == []

@@ -125,6 +125,35 @@ def test_the_crl_is_signed_by_the_issuing_ca_and_due_within_seven_days(
     assert serial in text.replace(":", "").upper()
 
 
+def test_a_verifier_whose_clock_is_two_seconds_behind_accepts_a_crl_rebuilt_just_now(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given two machines of one pool, one of them revoked: the revocation rebuilds the CA's CRL now
+    kept, revoked = admitted(token, tmp_path / "kept"), admitted(token, tmp_path / "revoked")
+    revoke(admin_key, revoked)
+    crl_pem = fetched_crl(kept["certificate"], tmp_path / "kept")
+    built = x509.load_pem_x509_crl(crl_pem.read_bytes())
+
+    # When a verifier whose clock runs 2 s behind checks each machine against that CRL
+    def verify_two_seconds_behind(directory: Path) -> Any:
+        return openssl(
+            "verify", "-crl_check", "-attime", str(int(clock.epoch()) - 2), "-CRLfile", str(crl_pem),
+            "-CAfile", str(directory / "ca.crt"), str(directory / "machine.crt"), check=False,
+        )  # fmt: skip
+
+    # Then the CRL is already valid for it (back-dated as certificates are): the kept machine is OK
+    result = verify_two_seconds_behind(tmp_path / "kept")
+    assert result.returncode == 0 and ": OK" in result.stdout, result.stdout + result.stderr
+    # And the revoked one is refused as revoked, not for a CRL "not yet valid"
+    result = verify_two_seconds_behind(tmp_path / "revoked")
+    assert "certificate revoked" in result.stdout + result.stderr, result.stdout + result.stderr
+    # And thisUpdate is the certificates' clock allowance before the build
+    stored = revocations.get_crl(crl_url_of(kept["certificate"]).rsplit("/", 1)[1])
+    assert stored is not None
+    assert built.last_update_utc.timestamp() == stored.built_at - ca.CLOCK_SKEW.total_seconds()
+    assert stored.this_update == stored.built_at - ca.CLOCK_SKEW.total_seconds()
+
+
 def test_a_key_rotating_renewal_puts_the_old_certificate_on_the_crl_as_superseded(
     token: str, tmp_path: Path
 ) -> None:

@@ -12,11 +12,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from joinplane import ca, upstream
+from joinplane import ca, errors, upstream
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, JoinplaneError
 from tests.support.csr import openssl
 from tests.support.openssl_ca import (
     INTERMEDIATE,
+    MACHINE_SPIFFE_ID,
     ROOT,
     Authority,
     OrgPki,
@@ -68,7 +69,13 @@ def refusal(
     pending: PendingKey, certificate: Authority, chain: list[Authority], at: datetime | None = None
 ) -> JoinplaneError:
     with pytest.raises(JoinplaneError) as refused:
-        upstream.check_intermediate(certificate.pem, [c.pem for c in chain], pending.public_key, at or now())
+        upstream.check_intermediate(
+            certificate.pem,
+            [c.pem for c in chain],
+            pending.public_key,
+            at or now(),
+            spiffe_id=MACHINE_SPIFFE_ID,
+        )
     return refused.value
 
 
@@ -121,7 +128,9 @@ def test_an_intermediate_signed_by_the_organisations_root_issues_machines_that_v
     intermediate = org.sign(root, pending.csr, "pool-ca")
 
     # When the intermediate is checked with its chain (the root)
-    checked = upstream.check_intermediate(intermediate.pem, [root.pem], pending.public_key, now())
+    checked = upstream.check_intermediate(
+        intermediate.pem, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+    )
 
     # Then it is accepted, for as long as both last
     assert checked.certificate == x509.load_pem_x509_certificate(intermediate.pem.encode())
@@ -143,7 +152,9 @@ def test_a_chain_through_an_organisation_intermediate_verifies_and_clips_to_its_
     intermediate = org.sign(middle, pending.csr, "pool-ca")
 
     # When it is checked with the chain, issuer first
-    checked = upstream.check_intermediate(intermediate.pem, [middle.pem, root.pem], pending.public_key, now())
+    checked = upstream.check_intermediate(
+        intermediate.pem, [middle.pem, root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+    )
 
     # Then the path lasts as long as its shortest-lived certificate
     assert checked.not_after == x509.load_pem_x509_certificate(middle.pem.encode()).not_valid_after_utc
@@ -316,6 +327,180 @@ def test_a_chain_whose_path_length_leaves_no_room_for_the_pool_ca_is_refused(
     assert "path length constraint exceeded" in org.verify(root, [intermediate.pem, middle.pem], machine)
 
 
+# --- Name constraints, keys and signatures: what would fail every machine at the verifier ----------
+
+
+# Each puts the pool's machines (CN=mach_..., spiffe://joinplane.internal/...) outside the subtrees
+# a verifier lets the pool CA name; openssl then refuses every machine with this error.
+@pytest.mark.parametrize(
+    ("constraint", "openssl_says"),
+    [
+        ("nameConstraints=critical,excluded;URI:joinplane.internal", "error 48 at 0 depth"),
+        ("nameConstraints=critical,permitted;URI:.example.org", "error 47 at 0 depth"),
+        # A leading dot permits hosts below the domain, not the domain itself (RFC 5280).
+        ("nameConstraints=critical,permitted;URI:.joinplane.internal", "error 47 at 0 depth"),
+        ("nameConstraints=critical,permitted;dirName:dn\n[dn]\nO=Example Org", "error 47 at 0 depth"),
+    ],
+    ids=[
+        "excluded-trust-domain",
+        "permitted-other-domain",
+        "permitted-subdomains-only",
+        "permitted-other-subjects",
+    ],
+)
+def test_name_constraints_that_leave_out_the_pools_machines_are_refused_as_openssl_refuses_them(
+    pending: PendingKey, org: OrgPki, root: Authority, constraint: str, openssl_says: str
+) -> None:
+    # Given the root signed the pool's key with name constraints that leave the pool's machines out
+    intermediate = org.sign(root, pending.csr, "pool-ca", (*INTERMEDIATE, *constraint.split("\n")))
+
+    # When it is imported, Then FAILED_PRECONDITION says the constraints exclude the pool's machines
+    refused = refusal(pending, intermediate, [root])
+    assert (
+        isinstance(refused, FailedPrecondition) and refused.reason == errors.CA_NAME_CONSTRAINTS_EXCLUDE_POOL
+    )
+    assert "certificate's name constraints exclude" in refused.message
+    # And a machine certificate issued under it anyway is what openssl refuses, every one of them
+    certificate = x509.load_pem_x509_certificate(intermediate.pem.encode())
+    machine = machine_certificate(certificate, pending.key_id, pending.public_key)
+    assert openssl_says in org.verify(root, [intermediate.pem], machine)
+
+
+def test_a_roots_name_constraints_apply_to_the_pools_machines_too(pending: PendingKey, org: OrgPki) -> None:
+    # Given a root whose constraints exclude every host under .internal (the trust domain among them)
+    root = org.root("constrained-root", (*ROOT, "nameConstraints=critical,excluded;URI:.internal"))
+    intermediate = org.sign(root, pending.csr, "pool-ca")
+
+    # When the pool CA it signed is imported, Then the root's constraints are named as the reason
+    refused = refusal(pending, intermediate, [root])
+    assert refused.reason == errors.CA_NAME_CONSTRAINTS_EXCLUDE_POOL and "chain[0]'s" in refused.message
+    # And openssl agrees, for every machine under it
+    certificate = x509.load_pem_x509_certificate(intermediate.pem.encode())
+    machine = machine_certificate(certificate, pending.key_id, pending.public_key)
+    assert "excluded subtree violation" in org.verify(root, [intermediate.pem], machine)
+
+
+def test_name_constraints_that_permit_the_trust_domain_are_accepted_and_machines_verify(
+    pending: PendingKey, org: OrgPki, root: Authority
+) -> None:
+    # Given an intermediate allowed the deployment's trust domain and nothing else of its kind
+    constraint = "nameConstraints=critical,permitted;URI:joinplane.internal,excluded;URI:.example.org"
+    intermediate = org.sign(root, pending.csr, "pool-ca", (*INTERMEDIATE, constraint))
+
+    # When it is imported, Then it is accepted
+    checked = upstream.check_intermediate(
+        intermediate.pem, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+    )
+    # And its machines verify; one of another trust domain would not (the constraint is real)
+    machine = machine_certificate(checked.certificate, pending.key_id, pending.public_key)
+    assert org.verify(root, [intermediate.pem], machine).strip().endswith("OK")
+    foreign = machine_certificate(
+        checked.certificate,
+        pending.key_id,
+        pending.public_key,
+        "spiffe://example.com/tenant/a/pool/b/machine/mach_1",
+    )
+    assert "permitted subtree violation" in org.verify(root, [intermediate.pem], foreign)
+    # And the check follows the deployment's trust domain: for another one the same CA is refused
+    with pytest.raises(FailedPrecondition, match="SPIFFE IDs"):
+        upstream.check_intermediate(
+            intermediate.pem,
+            [root.pem],
+            pending.public_key,
+            now(),
+            spiffe_id="spiffe://corp.example/x/mach_1",
+        )
+
+
+@pytest.mark.parametrize(
+    ("newkey", "digest", "reason", "says"),
+    [
+        (("rsa:1024",), "sha256", errors.CA_KEY_TOO_SMALL, "RSA-1024"),
+        (("rsa:2047",), "sha256", errors.CA_KEY_TOO_SMALL, "RSA-2047"),
+        (("ec", "-pkeyopt", "ec_paramgen_curve:P-521"), "sha256", errors.CA_KEY_UNSUPPORTED, "secp521r1"),
+        (("ec", "-pkeyopt", "ec_paramgen_curve:secp256k1"), "sha256", errors.CA_KEY_UNSUPPORTED, "secp256k1"),
+        (("ed25519",), None, errors.CA_KEY_UNSUPPORTED, "an Ed25519 key"),
+    ],
+    ids=["rsa-1024", "rsa-2047", "p-521", "secp256k1", "ed25519"],
+)
+def test_a_root_whose_key_verifiers_refuse_is_refused_with_its_reason(
+    pending: PendingKey, org: OrgPki, newkey: tuple[str, ...], digest: str | None, reason: str, says: str
+) -> None:
+    # Given the organisation's root holds such a key, and signed the pool's key
+    root = org.root("odd-root", newkey=newkey, digest=digest)
+    intermediate = org.sign(root, pending.csr, "pool-ca", digest=digest)
+
+    # When it is imported, Then INVALID_ARGUMENT names the root's key, with the reason
+    refused = refusal(pending, intermediate, [root])
+    assert isinstance(refused, InvalidArgument) and refused.reason == reason
+    assert refused.message.startswith("chain[0] has") and says in refused.message
+
+
+def test_an_rsa_1024_root_is_what_a_verifier_at_the_default_security_level_refuses(
+    pending: PendingKey, org: OrgPki
+) -> None:
+    # Given a pool CA under an RSA-1024 root (refused above), issuing a machine anyway
+    root = org.root("weak-root", newkey=("rsa:1024",))
+    intermediate = org.sign(root, pending.csr, "pool-ca")
+    certificate = x509.load_pem_x509_certificate(intermediate.pem.encode())
+    machine = machine_certificate(certificate, pending.key_id, pending.public_key)
+
+    # When a TLS server at OpenSSL's default security level checks the machine, Then it refuses it
+    assert "CA certificate key too weak" in org.verify(root, [intermediate.pem], machine, auth_level=2)
+
+
+@pytest.mark.parametrize(
+    "newkey",
+    [("rsa:2048",), ("ec", "-pkeyopt", "ec_paramgen_curve:P-384")],
+    ids=["rsa-2048", "p-384"],
+)
+def test_roots_with_rsa_2048_or_p_384_keys_are_accepted(
+    pending: PendingKey, org: OrgPki, newkey: tuple[str, ...]
+) -> None:
+    # Given a root with the smallest RSA key or the other curve accepted, which signed the pool's key
+    root = org.root("root-ok", newkey=newkey)
+    intermediate = org.sign(root, pending.csr, "pool-ca")
+    # When it is imported, Then it is accepted and its machines verify at the default security level
+    checked = upstream.check_intermediate(
+        intermediate.pem, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+    )
+    machine = machine_certificate(checked.certificate, pending.key_id, pending.public_key)
+    assert org.verify(root, [intermediate.pem], machine, auth_level=2).strip().endswith("OK")
+
+
+def test_a_sha1_signature_on_the_path_is_refused_as_a_verifier_refuses_it(
+    pending: PendingKey, org: OrgPki, root: Authority
+) -> None:
+    # Given the root signed the pool's key with SHA-1
+    intermediate = org.sign(root, pending.csr, "pool-ca", digest="sha1")
+    # When it is imported, Then INVALID_ARGUMENT names the SHA-1 signature
+    refused = refusal(pending, intermediate, [root])
+    assert isinstance(refused, InvalidArgument) and refused.reason == errors.CA_SIGNATURE_TOO_WEAK
+    assert refused.message.startswith("certificate is signed with SHA1")
+    # And a TLS server at OpenSSL's default security level refuses every machine under it
+    certificate = x509.load_pem_x509_certificate(intermediate.pem.encode())
+    machine = machine_certificate(certificate, pending.key_id, pending.public_key)
+    verdict = org.verify(root, [intermediate.pem], machine, auth_level=2)
+    assert "CA signature digest algorithm too weak" in verdict
+    # And a SHA-1 signature higher up (the organisation's own intermediate) likewise
+    middle = org.intermediate_with_key(root, "org-issuing", ISSUING_INTERMEDIATE, digest="sha1")
+    refused = refusal(pending, org.sign(middle, pending.csr, "pool-ca-2"), [middle, root])
+    assert refused.reason == errors.CA_SIGNATURE_TOO_WEAK and refused.message.startswith("chain[0] is signed")
+
+
+def test_a_sha1_self_signed_root_is_accepted_as_verifiers_accept_it(pending: PendingKey, org: OrgPki) -> None:
+    # Given an RSA-2048 root that signed itself with SHA-1, and the pool's key with SHA-256
+    root = org.root("legacy-root", newkey=("rsa:2048",), digest="sha1")
+    intermediate = org.sign(root, pending.csr, "pool-ca")
+    # When it is imported, Then it is accepted: a trust anchor's own signature is never checked
+    checked = upstream.check_intermediate(
+        intermediate.pem, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+    )
+    # And a TLS server at the default security level accepts its machines
+    machine = machine_certificate(checked.certificate, pending.key_id, pending.public_key)
+    assert org.verify(root, [intermediate.pem], machine, auth_level=2).strip().endswith("OK")
+
+
 @pytest.mark.parametrize(
     ("days", "at", "says"),
     [
@@ -348,7 +533,13 @@ def test_garbage_instead_of_a_certificate_is_refused(
 ) -> None:
     # When garbage is imported as the certificate, Then INVALID_ARGUMENT
     with pytest.raises(InvalidArgument, match="certificate"):
-        upstream.check_intermediate(garbage, [root.pem], pending.public_key, now())  # type: ignore[arg-type]
+        upstream.check_intermediate(
+            garbage,  # type: ignore[arg-type]
+            [root.pem],
+            pending.public_key,
+            now(),
+            spiffe_id=MACHINE_SPIFFE_ID,
+        )
 
 
 def test_a_csr_or_two_certificates_in_one_field_are_refused(
@@ -358,10 +549,16 @@ def test_a_csr_or_two_certificates_in_one_field_are_refused(
 
     # When the CSR is sent back instead of the certificate, Then it is not a certificate
     with pytest.raises(InvalidArgument, match=r"not a PEM certificate|holds 0 certificates"):
-        upstream.check_intermediate(pending.csr, [root.pem], pending.public_key, now())
+        upstream.check_intermediate(
+            pending.csr, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+        )
     # When the certificate and its root come as one PEM, Then one per entry is asked for
     with pytest.raises(InvalidArgument, match="holds 2 certificates"):
-        upstream.check_intermediate(intermediate.pem + root.pem, [root.pem], pending.public_key, now())
+        upstream.check_intermediate(
+            intermediate.pem + root.pem, [root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+        )
     # And likewise in the chain
     with pytest.raises(InvalidArgument, match=r"chain\[0\] holds 2 certificates"):
-        upstream.check_intermediate(intermediate.pem, [root.pem + root.pem], pending.public_key, now())
+        upstream.check_intermediate(
+            intermediate.pem, [root.pem + root.pem], pending.public_key, now(), spiffe_id=MACHINE_SPIFFE_ID
+        )

@@ -146,6 +146,12 @@ def test_import_without_a_request_is_refused_with_its_reason(
         ("expiring in ten days", "FAILED_PRECONDITION", "CA_CERTIFICATE_NOT_VALID"),
         ("garbage PEM", "INVALID_ARGUMENT", "VALIDATION_FAILED"),
         ("two certificates in one entry", "INVALID_ARGUMENT", "VALIDATION_FAILED"),
+        ("a root with an RSA-1024 key", "INVALID_ARGUMENT", "CA_KEY_TOO_SMALL"),
+        (
+            "name constraints without the trust domain",
+            "FAILED_PRECONDITION",
+            "CA_NAME_CONSTRAINTS_EXCLUDE_POOL",
+        ),
     ],
 )
 def test_an_unfit_certificate_is_refused_and_changes_nothing(
@@ -176,6 +182,13 @@ def test_an_unfit_certificate_is_refused_and_changes_nothing(
         certificate = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
     elif mistake == "two certificates in one entry":
         chain = [root.pem + other_root.pem]
+    elif mistake == "a root with an RSA-1024 key":
+        weak_root = org.root("weak-root", newkey=("rsa:1024",))
+        certificate, chain = org.sign(weak_root, csr, "under-weak").pem, [weak_root.pem]
+    elif mistake == "name constraints without the trust domain":
+        # The deployment's trust domain is joinplane.internal: its machines' SPIFFE IDs are left out.
+        constrained = (*INTERMEDIATE, "nameConstraints=critical,permitted;URI:.example.org")
+        certificate = org.sign(root, csr, "constrained", extensions=constrained).pem
     before = state(admin_key)
     # When it is imported
     reply = call(IMPORT, {**POOL, "certificate": certificate, "chain": chain}, admin_key)

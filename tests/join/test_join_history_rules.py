@@ -267,3 +267,74 @@ def test_a_dry_run_of_a_known_machine_follows_the_join_into_its_pool(make_token,
     dry = join({**body, "dryRun": True})
     # Then the dry run is refused as the re-join is, not admitted
     assert (dry.status, dry.reason) == (real.status, real.reason) == (400, "POOL_ARCHIVED")
+
+
+# --- Tenants: a key's history in one tenant is neither seen nor used by another ------------------
+
+
+def test_a_key_banned_in_one_tenant_is_a_new_key_to_another_which_learns_nothing_of_the_ban(
+    admin_key, make_token, machine_factory
+) -> None:
+    # Given a machine of tenant acme, revoked there: its key is banned in acme
+    machine = machine_factory()
+    token = make_token()["token"]
+    admitted = join({"joinToken": token, "csr": machine.csr})
+    assert admitted.status == 200, admitted.body
+    revoked = call(
+        "/api/compute/machines/revoke",
+        {"tenantId": "acme", "machineId": admitted.body["machineId"]},
+        admin_key,
+    )
+    assert revoked.status == 200, revoked.body
+    raw = json.dumps({"joinToken": token, "csr": machine.csr}).encode()
+    proof = sign_proof(machine.key, purpose="join", credential=token, body=raw)
+    assert join(None, raw=raw, proof=proof).reason == "MACHINE_REVOKED"
+    # And a pool of tenant globex, which has never seen the key, and a key new everywhere
+    globex = globex_token(admin_key)
+    stranger = machine_factory()
+
+    # When both keys ask globex, dry run first
+    dry = [join({"joinToken": globex, "csr": m.csr, "dryRun": True}) for m in (machine, stranger)]
+    # Then globex answers the key acme banned exactly as it answers the new one: acme's decisions
+    # about its own fleet are not globex's to learn
+    assert [(d.status, d.body["verdict"], d.body["reasons"]) for d in dry] == [(200, "admit", [])] * 2
+    joined = [join({"joinToken": globex, "csr": m.csr}) for m in (machine, stranger)]
+    assert [(j.status, j.body["ok"]) for j in joined] == [(200, True)] * 2
+    # And acme's ban stands, untouched by what globex did
+    raw = json.dumps({"joinToken": token, "csr": machine.csr}).encode()
+    proof = sign_proof(machine.key, purpose="join", credential=token, body=raw)
+    assert join(None, raw=raw, proof=proof).reason == "MACHINE_REVOKED"
+
+
+def test_a_proofless_first_join_elsewhere_binds_nothing_its_sender_can_use_without_the_key(
+    admin_key, make_token, machine_factory
+) -> None:
+    # Given a machine active in tenant acme, and a copy of its CSR in other hands
+    machine = machine_factory()
+    admitted = join({"joinToken": make_token()["token"], "csr": machine.csr})
+    assert admitted.status == 200, admitted.body
+    # When someone holding a token of tenant globex joins with that CSR, without a proof (a first join)
+    squatted = join({"joinToken": globex_token(admin_key), "csr": machine.csr})
+    # Then globex admits it as any first join, but every later use needs the key: a renewal without
+    # a proof by it is refused, and the certificate is worthless without the private key
+    assert squatted.status == 200, squatted.body
+    bare = join({"machineToken": squatted.body["machineToken"], "csr": machine.csr}, path="/machines/renew")
+    assert (bare.status, bare.reason) == (401, "PROOF_REQUIRED")
+    # And the machine in acme is untouched: its holder renews with a proof, as before
+    body = json.dumps({"machineToken": admitted.body["machineToken"], "csr": machine.new_csr()}).encode()
+    proof = sign_proof(machine.key, purpose="renew", credential=admitted.body["machineToken"], body=body)
+    renewed = join(None, raw=body, proof=proof, path="/machines/renew")
+    assert renewed.status == 200, renewed.body
+    assert renewed.body["machineId"] == admitted.body["machineId"]
+
+
+def globex_token(admin_key: str) -> str:
+    """A join token (5 uses) of pool gpu of tenant globex (made by the platform admin)."""
+    pool = {"tenantId": "globex", "poolId": "gpu"}
+    created = call(
+        "/api/compute/pools/create", {**pool, "siteId": "s", "name": "GPU", "workspaceId": "w"}, admin_key
+    )
+    assert created.status == 200, created.body
+    reply = call("/api/compute/joinTokens/create", {**pool, "maxUses": 5}, admin_key)
+    assert reply.status == 200, reply.body
+    return str(reply.body["token"])

@@ -121,3 +121,33 @@ def broken_links(page: Path, root: Path, text: str | None = None) -> list[str]:
             if unquote(fragment) not in offered:
                 problems.append(f"line {number}: {target}: {resolved.name} has no heading #{fragment}")
     return problems
+
+
+def table_with_header(text: str, *header: str) -> list[list[str]]:
+    """The body rows of the one Markdown table of `text` whose header cells are `header` (code spans
+    unwrapped: `` `code` `` is `code`), each row as its cells, likewise unwrapped."""
+
+    def cells(line: str) -> list[str]:
+        return [cell.strip().replace("`", "") for cell in line.strip().strip("|").split("|")]
+
+    lines = _unfenced(text)
+    found = [index for index, line in enumerate(lines) if cells(line) == list(header)]
+    assert len(found) == 1, f"{len(found)} tables headed {header}"
+    rows = []
+    for line in lines[found[0] + 2 :]:
+        if not line.lstrip().startswith("|"):
+            break
+        rows.append(cells(line))
+    return rows
+
+
+def _unfenced(text: str) -> list[str]:
+    """Every line outside fenced code blocks, as written (code spans kept: table cells hold them)."""
+    lines: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines

@@ -27,6 +27,8 @@ ROOT = (
     "keyUsage=critical,keyCertSign,cRLSign",
     "subjectKeyIdentifier=hash",
 )
+# `openssl req -newkey` arguments for a CA's key.
+P256 = ("ec", "-pkeyopt", "ec_paramgen_curve:P-256")
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,24 @@ class OrgPki:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
 
-    def root(self, name: str = "root", extensions: tuple[str, ...] = ROOT, days: int = 3650) -> Authority:
-        """A self-signed P-256 root with just `extensions` (an empty config adds none of its own)."""
+    def root(
+        self,
+        name: str = "root",
+        extensions: tuple[str, ...] = ROOT,
+        days: int = 3650,
+        *,
+        newkey: tuple[str, ...] = P256,
+        digest: str | None = "sha256",
+    ) -> Authority:
+        """A self-signed root with just `extensions` (an empty config adds none of its own), a key
+        made by `-newkey <newkey>` (P-256 unless told) and signed with `digest` (None: the key's own
+        algorithm has none, as Ed25519)."""
         key, certificate = self.workdir / f"{name}.key", self.workdir / f"{name}.pem"
         config = self.workdir / "empty.cnf"
         config.write_text("")
         addext = [arg for line in extensions for arg in ("-addext", line)]
         openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "req", "-x509", "-newkey", *newkey, *([f"-{digest}"] if digest else []), "-nodes",
             "-subj", f"/O=Example Org/CN={name}", "-days", str(days), "-keyout", str(key),
             "-out", str(certificate), "-config", str(config), *addext,
         )  # fmt: skip
@@ -67,10 +79,15 @@ class OrgPki:
         name: str,
         extensions: tuple[str, ...] = INTERMEDIATE,
         days: int = 365,
+        *,
+        digest: str | None = "sha256",
     ) -> Authority:
         """`csr_pem` signed by `issuer` with `extensions` (the CSR's own are not copied; openssl 3 adds
-        the key identifiers unless told `subjectKeyIdentifier=none`). The key path is where the key
-        would be if the organisation held it: for a KMS key's CSR, it never does."""
+        the key identifiers unless told `subjectKeyIdentifier=none`) and `digest` (None for an
+        Ed25519 issuer, which has its own). The key path is
+        where the key would be if the organisation held it: for a KMS key's CSR, it never does.
+        An extension line may name a section (`nameConstraints=permitted;dirName:dn`) given as
+        further lines (`[dn]`, `O=Example Org`)."""
         csr = self.workdir / f"{name}.csr"
         csr.write_text(csr_pem)
         extfile = self.workdir / f"{name}.ext"
@@ -78,31 +95,41 @@ class OrgPki:
         certificate = self.workdir / f"{name}.pem"
         openssl(
             "x509", "-req", "-in", str(csr), "-CA", str(issuer.certificate), "-CAkey", str(issuer.key),
-            "-CAcreateserial", "-days", str(days), "-sha256", "-extfile", str(extfile),
-            "-out", str(certificate),
+            "-CAcreateserial", "-days", str(days), *([f"-{digest}"] if digest else []),
+            "-extfile", str(extfile), "-out", str(certificate),
         )  # fmt: skip
         return Authority(name, certificate, self.workdir / f"{name}.key")
 
     def intermediate_with_key(
-        self, issuer: Authority, name: str, extensions: tuple[str, ...] = INTERMEDIATE, days: int = 365
+        self,
+        issuer: Authority,
+        name: str,
+        extensions: tuple[str, ...] = INTERMEDIATE,
+        days: int = 365,
+        *,
+        newkey: tuple[str, ...] = P256,
+        digest: str = "sha256",
     ) -> Authority:
-        """An intermediate whose P-256 key openssl makes (and the organisation keeps)."""
+        """An intermediate whose key openssl makes (`-newkey <newkey>`, P-256 unless told; the
+        organisation keeps it), signed by `issuer` with `digest`."""
         key = self.workdir / f"{name}.key"
         csr_pem = openssl(
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "req", "-new", "-newkey", *newkey, "-nodes",
             "-subj", f"/O=Example Org/CN={name}", "-keyout", str(key),
         ).stdout  # fmt: skip
-        return self.sign(issuer, csr_pem, name, extensions, days)
+        return self.sign(issuer, csr_pem, name, extensions, days, digest=digest)
 
-    def verify(self, root: Authority, untrusted: list[str], leaf_pem: str) -> str:
-        """`openssl verify -purpose sslclient -CAfile root -untrusted <chain> leaf`: its output, OK or not."""
+    def verify(self, root: Authority, untrusted: list[str], leaf_pem: str, *, auth_level: int = -1) -> str:
+        """`openssl verify -purpose sslclient -CAfile root -untrusted <chain> leaf`: its output, OK or not.
+        `auth_level` 2 checks keys and signatures as a TLS server at OpenSSL's default security level
+        does (`openssl verify` alone checks neither)."""
         chain = self.workdir / "untrusted.pem"
         chain.write_text("".join(untrusted))
         leaf = self.workdir / "leaf.pem"
         leaf.write_text(leaf_pem)
         done = openssl(
-            "verify", "-purpose", "sslclient", "-CAfile", str(root.certificate),
-            "-untrusted", str(chain), str(leaf), check=False,
+            "verify", "-purpose", "sslclient", "-auth_level", str(auth_level), "-CAfile",
+            str(root.certificate), "-untrusted", str(chain), str(leaf), check=False,
         )  # fmt: skip
         return done.stdout + done.stderr
 
@@ -116,17 +143,26 @@ def kms_signing_key() -> tuple[str, ec.EllipticCurvePublicKey]:
     return key_id, public_key
 
 
+# A machine's SPIFFE ID in the default trust domain, as a pool of tenant acme issues them.
+MACHINE_SPIFFE_ID = "spiffe://joinplane.internal/tenant/acme/pool/p1/machine/mach_01upstream"
+
+
 def machine_certificate(
-    issuing_ca: x509.Certificate, key_id: str, public_key: ec.EllipticCurvePublicKey
+    issuing_ca: x509.Certificate,
+    key_id: str,
+    public_key: ec.EllipticCurvePublicKey,
+    spiffe_id: str = MACHINE_SPIFFE_ID,
 ) -> str:
     """A machine's client certificate issued by the pool CA `issuing_ca` (KMS key `key_id`), shaped as
-    ca.issue_machine_certificate shapes one, and signed through the same ca.sign_certificate."""
+    ca.issue_machine_certificate shapes one (`CN=<machine id>`, its SPIFFE ID the only SAN), and
+    signed through the same ca.sign_certificate."""
     machine_key = ec.generate_private_key(ec.SECP256R1()).public_key()
     now = datetime.now(UTC).replace(microsecond=0)
     ski = issuing_ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    machine_id = spiffe_id.rsplit("/", 1)[1]
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mach_upstream")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, machine_id)]))
         .issuer_name(issuing_ca.subject)
         .public_key(machine_key)
         .serial_number(x509.random_serial_number())
@@ -134,6 +170,9 @@ def machine_certificate(
         .not_valid_after(now + timedelta(hours=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(spiffe_id)]), critical=False
+        )
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
     )
     signed = ca.sign_certificate(builder, key_id, public_key)

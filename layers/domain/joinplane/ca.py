@@ -670,7 +670,12 @@ def import_upstream(
             reason=NO_PENDING_CA,
         )
     checked = upstream.check_intermediate(
-        certificate_pem, chain_pems, kms_public_key(pending.key_id), clock.now()
+        certificate_pem,
+        chain_pems,
+        kms_public_key(pending.key_id),
+        clock.now(),
+        # Name constraints are judged on what a machine certificate of this pool would hold.
+        spiffe_id=spiffe_id(tenant_id, pool_id, ids.new_id("mach")),
     )
     # Stored as re-encoded here: one certificate per PEM, no text around it, whatever was sent.
     certificate = checked.certificate.public_bytes(serialization.Encoding.PEM).decode()

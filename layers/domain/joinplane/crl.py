@@ -108,7 +108,9 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
     certificate = x509.load_pem_x509_certificate(authority.certificate_pem.encode())
     public_key = certificate.public_key()
     ski = certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    this_update = datetime.fromtimestamp(now, UTC)
+    # Back-dated as certificates are: a verifier whose clock runs a little behind ours would find a
+    # CRL dated "now" not yet valid, and openssl then rejects every certificate of the CA.
+    this_update = datetime.fromtimestamp(now, UTC) - ca.CLOCK_SKEW
     builder = (
         x509.CertificateRevocationListBuilder()
         .issuer_name(certificate.subject)
@@ -138,4 +140,7 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
         valid = False
     if not valid:
         raise Internal(f"the CRL KMS key {authority.key_id} signed does not verify")
-    return Crl(authority.ca_id, signed, number, now, now + NEXT_UPDATE_SECONDS, now, len(revoked))
+    this_update_epoch = int(this_update.timestamp())
+    return Crl(
+        authority.ca_id, signed, number, this_update_epoch, now + NEXT_UPDATE_SECONDS, now, len(revoked)
+    )

@@ -22,6 +22,9 @@ from joinplane.http import HttpRequest, Router, json_response, retry_headers
 
 MAX_BODY_BYTES = 64 * 1024
 
+# Every code of joinplane.errors has a status here (tests/api walks the catalogue): a refusal is a
+# 4xx, a store too busy or an invocation out of time a 503, and only a bug is a 500, so the API's
+# 5xx alarm never fires on an ordinary lost race (ABORTED, which the caller retries as is).
 STATUS = {
     "INVALID_ARGUMENT": 400,
     "FAILED_PRECONDITION": 400,
@@ -30,6 +33,7 @@ STATUS = {
     "NOT_FOUND": 404,
     "ALREADY_EXISTS": 409,
     "INVALID_STATE": 409,
+    "ABORTED": 409,
     "PAYLOAD_TOO_LARGE": 413,
     "RESOURCE_EXHAUSTED": 429,
     "INTERNAL": 500,

@@ -26,12 +26,18 @@ Only certificate code imports this module (the certificate authorities function)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from joinplane.errors import (
     CA_CERTIFICATE_NOT_VALID,
     CA_KEY_MISMATCH,
+    CA_KEY_TOO_SMALL,
+    CA_KEY_UNSUPPORTED,
+    CA_NAME_CONSTRAINTS_EXCLUDE_POOL,
+    CA_SIGNATURE_TOO_WEAK,
     FailedPrecondition,
     Internal,
     InvalidArgument,
@@ -46,6 +52,15 @@ _E = TypeVar("_E", bound="x509.ExtensionType")
 # A certificate is a few kilobytes at most; a chain of more than a handful is no PKI we can check.
 MAX_CERTIFICATE_CHARS = 16 * 1024
 MAX_CHAIN_LENGTH = 8
+# Keys of the path every verifier of a machine accepts: RSA from 2048 bits (OpenSSL's default
+# security level refuses less, "CA certificate key too weak", and machines' own CSRs need 2048) and
+# ECDSA on P-256 or P-384 (BoringSSL-based verifiers, Chrome's and Go's among them for some uses,
+# know no P-521; secp256k1 and brainpool curves even fewer).
+MIN_RSA_BITS = 2048
+CURVES = {"secp256r1": "P-256", "secp384r1": "P-384"}
+# Digests a verifier at OpenSSL's default security level refuses in a CA's signature ("CA signature
+# digest algorithm too weak"); collisions in them are practical.
+WEAK_DIGESTS = frozenset({"md5", "sha1"})
 
 
 class Checked(NamedTuple):
@@ -105,12 +120,20 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
 
 
 def check_intermediate(
-    certificate_pem: str, chain_pems: list[str], kms_public_key: ec.EllipticCurvePublicKey, now: datetime
+    certificate_pem: str,
+    chain_pems: list[str],
+    kms_public_key: ec.EllipticCurvePublicKey,
+    now: datetime,
+    *,
+    spiffe_id: str,
 ) -> Checked:
     """The intermediate `certificate_pem` and its `chain_pems` (its issuer first, the self-signed root
     last), if the intermediate may be the issuing CA of the pool whose pending key is `kms_public_key`
-    from `now` on. Refuses with INVALID_ARGUMENT (not certificates, not a CA, a chain that does not
-    link) or FAILED_PRECONDITION (another key; not valid now or long enough); reads and writes nothing."""
+    from `now` on, for machine certificates like the pool's: `CN=<machine id>` and the SAN URI
+    `spiffe_id` (any machine's SPIFFE ID of the pool stands for all of them). Refuses with
+    INVALID_ARGUMENT (not certificates, not a CA, a chain that does not link, a weak key, curve or
+    signature) or FAILED_PRECONDITION (another key; not valid now or long enough; name constraints
+    that exclude the pool's machines); reads and writes nothing."""
     from cryptography.hazmat.primitives import serialization
 
     certificate = _one_certificate(certificate_pem, "certificate")
@@ -131,7 +154,10 @@ def check_intermediate(
     _check_issuing_ca(certificate)
     for index, each in enumerate((certificate, *chain)):
         _check_critical_extensions(each, "certificate" if index == 0 else f"chain[{index - 1}]")
+    # Before the links: a signature by a digest cryptography does not verify reads as "not issued by".
+    _check_keys_and_signatures((certificate, *chain))
     _check_links(certificate, chain)
+    _check_name_constraints((certificate, *chain), spiffe_id)
     not_after = _check_validity((certificate, *chain), now)
     return Checked(certificate, chain, chain[-1], not_after)
 
@@ -224,10 +250,139 @@ def _check_links(certificate: x509.Certificate, chain: tuple[x509.Certificate, .
         _check_client_auth(issuer, f"chain[{index}]")
 
     root = chain[-1]
-    if not _issued_by(root, root):
+    if not _self_signed(root):
         raise InvalidArgument(
             f"chain[{len(chain) - 1}] is not a self-signed root: the chain must end in the root"
         )
+
+
+def _name(index: int) -> str:
+    """A certificate of the path as the request names it."""
+    return "certificate" if index == 0 else f"chain[{index - 1}]"
+
+
+def _check_keys_and_signatures(path: tuple[x509.Certificate, ...]) -> None:
+    """Every key of the path one every verifier accepts, every signature a verifier checks made with
+    a digest it accepts: a path that fails either fails every machine under it. The root's signature
+    on itself is left alone, as verifiers leave it (the root is trusted because it is configured, not
+    because it signed itself): an organisation need not re-issue a SHA-1 self-signed root."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+
+    for index, certificate in enumerate(path):
+        name = _name(index)
+        key = certificate.public_key()
+        if isinstance(key, rsa.RSAPublicKey):
+            if key.key_size < MIN_RSA_BITS:
+                raise InvalidArgument(
+                    f"{name} has an RSA-{key.key_size} key: verifiers refuse CA keys under "
+                    f"{MIN_RSA_BITS} bits",
+                    reason=CA_KEY_TOO_SMALL,
+                )
+        elif isinstance(key, ec.EllipticCurvePublicKey):
+            if key.curve.name not in CURVES:
+                raise InvalidArgument(
+                    f"{name} has a key on the curve {key.curve.name}: only P-256 and P-384 are accepted",
+                    reason=CA_KEY_UNSUPPORTED,
+                )
+        else:
+            kinds = (
+                (dsa.DSAPublicKey, "a DSA"),
+                (ed25519.Ed25519PublicKey, "an Ed25519"),
+                (ed448.Ed448PublicKey, "an Ed448"),
+            )
+            kind = next((label for cls, label in kinds if isinstance(key, cls)), "another kind of")
+            raise InvalidArgument(
+                f"{name} has {kind} key: only RSA (at least {MIN_RSA_BITS} bits) and ECDSA on P-256 "
+                "or P-384 are accepted",
+                reason=CA_KEY_UNSUPPORTED,
+            )
+        if index == len(path) - 1:
+            continue  # the root's self-signature (the links check it is self-signed)
+        try:
+            digest = certificate.signature_hash_algorithm
+        except UnsupportedAlgorithm:
+            digest = None
+        if digest is not None and digest.name in WEAK_DIGESTS:
+            raise InvalidArgument(
+                f"{name} is signed with {digest.name.upper()}: verifiers refuse CA signatures by it; "
+                "sign with SHA-256 or better",
+                reason=CA_SIGNATURE_TOO_WEAK,
+            )
+
+
+def _check_name_constraints(path: tuple[x509.Certificate, ...], spiffe_id: str) -> None:
+    """No nameConstraints in the path exclude what the pool issues: a machine's SPIFFE ID (a URI,
+    constrained by its host, the trust domain) and its subject `CN=<machine id>`; nor the subjects of
+    the CAs below each constrained certificate. Verifiers apply a CA's constraints to every
+    certificate under it (the root's too), so one that excludes a machine's names fails every machine
+    (`openssl verify`: error 47, permitted subtree violation, or 48, excluded subtree violation).
+    Machine certificates hold no DNS name, address or e-mail, and a `mach_...` CN has no dot, so
+    verifiers that read a CN as a host name do not here: only URI and directoryName constraints
+    can exclude them."""
+    from urllib.parse import urlsplit
+
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    trust_domain = urlsplit(spiffe_id).hostname or ""
+    machine = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spiffe_id.rsplit("/", 1)[-1])])
+    for index, certificate in enumerate(path):
+        constraints = _extension(certificate, x509.NameConstraints)
+        if constraints is None:
+            continue
+        refused = f"{_name(index)}'s name constraints"
+        if not _within(constraints, x509.UniformResourceIdentifier, partial(_host_in, trust_domain)):
+            raise FailedPrecondition(
+                f"{refused} exclude the pool's SPIFFE IDs (spiffe://{trust_domain}/...): every machine "
+                "certificate would fail to verify",
+                reason=CA_NAME_CONSTRAINTS_EXCLUDE_POOL,
+            )
+        below = [("the pool's machine certificates", machine)]
+        below += [(_name(i), c.subject) for i, c in enumerate(path[:index]) if c.subject != c.issuer]
+        for who, subject in below:
+            if subject.rdns and not _within(constraints, x509.DirectoryName, partial(_dn_in, subject)):
+                raise FailedPrecondition(
+                    f"{refused} exclude the subject of {who} ({subject.rfc4514_string()}): every "
+                    "machine certificate would fail to verify",
+                    reason=CA_NAME_CONSTRAINTS_EXCLUDE_POOL,
+                )
+
+
+def _within(
+    constraints: x509.NameConstraints, kind: type[x509.GeneralName], matches: Callable[[Any], bool]
+) -> bool:
+    """Whether a name of `kind` that `matches` subtrees as given passes `constraints` (RFC 5280
+    4.2.1.10): in no excluded subtree of its kind and, when there are permitted subtrees of its
+    kind, in one of them."""
+    excluded = [name.value for name in constraints.excluded_subtrees or () if isinstance(name, kind)]
+    permitted = [name.value for name in constraints.permitted_subtrees or () if isinstance(name, kind)]
+    if any(matches(base) for base in excluded):
+        return False
+    return not permitted or any(matches(base) for base in permitted)
+
+
+def _host_in(host: str, base: str) -> bool:
+    """A URI constraint names a host: `.example.org` any host below it, `example.org` that host."""
+    host, base = host.lower(), base.lower()
+    return host.endswith(base) if base.startswith(".") else host == base
+
+
+def _dn_in(subject: x509.Name, base: x509.Name) -> bool:
+    """A directoryName constraint is a prefix of the subject's RDNs, compared as verifiers compare
+    them (case and runs of spaces ignored)."""
+
+    def canonical(name: x509.Name) -> list[frozenset[tuple[str, str]]]:
+        return [
+            frozenset(
+                (attribute.oid.dotted_string, " ".join(str(attribute.value).lower().split()))
+                for attribute in rdn
+            )
+            for rdn in name.rdns
+        ]
+
+    prefix = canonical(base)
+    return canonical(subject)[: len(prefix)] == prefix
 
 
 def _issued_by(subject: x509.Certificate, issuer: x509.Certificate) -> bool:
@@ -236,6 +391,32 @@ def _issued_by(subject: x509.Certificate, issuer: x509.Certificate) -> bool:
 
     try:
         subject.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _self_signed(root: x509.Certificate) -> bool:
+    """Issued by itself. A root's signature on itself is checked with its own key whatever its
+    digest: cryptography's path checks refuse SHA-1, but verifiers never check a trust anchor's
+    own signature, so a SHA-1 self-signed root is a root like any other."""
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    if _issued_by(root, root):
+        return True
+    if root.issuer != root.subject:
+        return False
+    key = root.public_key()
+    try:
+        parameters = root.signature_algorithm_parameters
+        digest = root.signature_hash_algorithm
+        if isinstance(key, rsa.RSAPublicKey) and digest is not None:
+            key.verify(root.signature, root.tbs_certificate_bytes, parameters, digest)  # type: ignore[arg-type]
+        elif isinstance(key, ec.EllipticCurvePublicKey):
+            key.verify(root.signature, root.tbs_certificate_bytes, parameters)  # type: ignore[arg-type]
+        else:
+            return False
     except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     return True

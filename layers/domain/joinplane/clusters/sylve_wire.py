@@ -61,6 +61,25 @@ MAX_ID_BYTES = 128
 
 # --- the envelope ------------------------------------------------------------------------------
 
+# The status of a domain error that is not already in Sylve's words (a SylveError carries its own),
+# by its code; every code of joinplane.errors is here (tests/api walks the catalogue) and only a
+# bug is a 500. The codes Sylve's own answers use keep Sylve's statuses: 400, 401, 403, 409, 413,
+# 503; NOT_FOUND is the router's unknown path.
+STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "INVALID_STATE": 409,
+    "ABORTED": 409,
+    "PAYLOAD_TOO_LARGE": 413,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+}
+
 
 class SylveError(JoinplaneError):
     """A refusal in Sylve's words: HTTP status, `message` (the outcome), `error` (the detail)."""
@@ -108,9 +127,12 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
         return envelope(503, "error", "guest_identity_inventory_unavailable", detail, None)
     if error.code == "PAYLOAD_TOO_LARGE":
         return envelope(413, "error", "request_body_too_large", "request_body_too_large", None)
-    if error.code == "NOT_FOUND":
-        return envelope(404, "error", "not_found", error.message, None)
-    return envelope(500, "error", "internal_error", "internal_error", None)
+    status = STATUS.get(error.code, 500)
+    if status == 500:
+        return envelope(500, "error", "internal_error", "internal_error", None)
+    # Any other refusal of the domain: the status its code has everywhere, and its reason as the
+    # outcome (SylveError's rule read backwards), so a lost race is a 409 a node may retry.
+    return envelope(status, "error", error.reason.lower(), error.message, None)
 
 
 def unauthorized() -> SylveError:
