@@ -171,6 +171,12 @@ def whoami_tenant(client: Client) -> str:
     return tenant
 
 
+def _ago(occurred_at: Any, now: float) -> str:
+    """`<time> (<how long ago>)`, or none when it never happened."""
+    words = render.since(occurred_at, now)
+    return render.NONE if words == render.NONE else f"{occurred_at} ({words})"
+
+
 def _when(state: Any, expires_at: Any, now: float) -> str:
     words = render.expiry(state, expires_at, now)
     return render.NONE if words == render.NONE else f"{expires_at} ({words})"
@@ -510,7 +516,12 @@ def machines_get(op: Operator, machine_id: str) -> Exit:
                 "certificate",
                 _when(item.get("state"), item.get("certificateExpiresAt"), now),
             ),
+            # What each security event about it names: its key and the serials of its certificates.
+            ("key sha256", item.get("publicKeySha256")),
+            ("certificates", [_object(c).get("serial") for c in _list(item.get("certificates"))]),
             ("joined", f"{item.get('joinedAt')} ({render.since(item.get('joinedAt'), now)})"),
+            ("rejoined", _ago(item.get("rejoinedAt"), now)),
+            ("renewed", _ago(item.get("lastRenewedAt"), now)),
             ("revoked", item.get("revokedAt")),
             ("reason", item.get("revokeReason")),
         ],

@@ -274,12 +274,16 @@ def test_a_machine_rotates_its_key_and_renews_with_the_new_one(cli: Cli, tmp_pat
     # Given an admitted machine
     pool = cli.new_pool()
     machine_dir = tmp_path / "m"
-    cli.ok("join", "--token", cli.new_token(pool), "--dir", str(machine_dir))
+    machine_id = cli.ok(
+        "join", "--token", cli.new_token(pool), "--dir", str(machine_dir), "-o", "json"
+    ).json()["machineId"]
     old_key = (machine_dir / "machine.key").read_text()
-    # When it renews with a new key (the proof is signed by both keys), then renews again
+    # When it renews with its key, then with a new key (the proof is signed by both), then again
+    before = cli.run("renew", "--dir", str(machine_dir))
     rotated = cli.run("renew", "--dir", str(machine_dir), "--rotate-key")
     again = cli.run("renew", "--dir", str(machine_dir))
-    # Then both succeed, the key on disk is the new one, and its certificate verifies
+    # Then all succeed, the key on disk is the new one, and its certificate verifies
+    assert before.code == 0, before.err
     assert rotated.code == 0, rotated.err
     assert again.code == 0, again.err
     assert (machine_dir / "machine.key").read_text() != old_key
@@ -290,6 +294,13 @@ def test_a_machine_rotates_its_key_and_renews_with_the_new_one(cli: Cli, tmp_pat
         check=False,
     )
     assert verified.returncode == 0
+    # And the audit trail holds the join and the key's rotation, nothing for the same-key renewals
+    # (sorted: events of one second are ordered by id)
+    cli.runtime.drain()
+    assert sorted(_audit_trail(cli, pool, {machine_id}, 2)) == [
+        "security.machine.joined",
+        "security.machine.key-rotated",
+    ]
 
 
 def test_a_machine_that_lost_its_files_after_admission_joins_again_as_itself(

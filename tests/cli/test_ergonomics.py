@@ -95,15 +95,24 @@ def test_an_api_key_is_created_used_listed_and_revoked(cli: Cli) -> None:
 
 
 def test_a_machine_is_shown_by_its_id(cli: Cli, tmp_path: Path) -> None:
-    # Given a joined machine
+    # Given a joined machine that renewed its certificate once, with the same key
     pool = cli.new_pool()
     joined = cli.ok("join", "--token", cli.new_token(pool), "--dir", str(tmp_path / "m"), "-o", "json").json()
+    cli.ok("renew", "--dir", str(tmp_path / "m"))
     # When the operator asks for it by id
     shown = cli.ok("machines", "get", joined["machineId"], "-o", "json").json()
     table = cli.ok("machines", "get", joined["machineId"]).out
     # Then it is that machine, in its pool
     assert (shown["machineId"], shown["poolId"], shown["state"]) == (joined["machineId"], pool, "active")
     assert f"Machine {joined['machineId']}:" in table
+    # And the renewal, no security event, shows: when, and both certificates its key holds
+    serials = [c["serial"] for c in shown["certificates"]]
+    assert len(serials) == 2 and serials[-1] == shown["certificateSerial"]
+    assert shown["lastRenewedAt"] is not None
+    lines = {line.split()[0]: line for line in table.splitlines()[1:] if line.strip()}
+    assert lines["renewed"].split()[1] == shown["lastRenewedAt"]
+    assert lines["certificates"].split(None, 1)[1] == ", ".join(serials)
+    assert shown["publicKeySha256"] in lines["key"]
 
 
 def test_a_token_in_the_wrong_place_and_a_url_that_is_not_the_api_get_a_hint(

@@ -27,6 +27,29 @@ def test_non_transitions_publish_nothing() -> None:
     assert events.from_stream_record(record(REQUEST, None)) is None  # TTL deletion
     assert events.from_stream_record(record(None, {"pk": "POOL#x", "sk": "y"})) is None
     assert events.from_stream_record(record(MACHINE, {**MACHINE, "certificateSerial": "ab"})) is None
+    # A renewal that keeps the key: a new certificate, the replaced one kept, the time it renewed
+    renewed = {
+        **MACHINE,
+        "certificateSerial": "ab",
+        "earlierCertificates": [{"serial": MACHINE["certificateSerial"], "caId": "ca_x", "expiresAt": "x"}],
+        "lastRenewedAt": "2026-11-30T11:00:00Z",
+    }
+    assert events.from_stream_record(record(MACHINE, renewed)) is None
+
+
+def test_a_machine_that_joined_with_a_fingerprint_names_no_key() -> None:
+    # Given a machine whose identity is its fingerprint's (no CSR, no certificate)
+    fingerprinted = {**MACHINE, "identity": "fp-" + "c3" * 32, "certificateSerial": None}
+    # When it joins, and re-joins
+    joined = events.from_stream_record(record(None, fingerprinted))
+    rejoined = events.from_stream_record(
+        record(fingerprinted, {**fingerprinted, "tokenGeneration": 2, "rejoinedAt": "2026-11-30T11:00:00Z"})
+    )
+    # Then neither event names a key or a certificate: a fingerprint's digest is no key's
+    for event in (joined, rejoined):
+        assert event is not None and event.detail_type == "security.machine.joined"
+        jsonschema.validate(event.detail, SCHEMAS[event.detail_type])
+        assert [event.detail[k] for k in ("publicKeySha256", "certificateSerial")] == [None, None]
 
 
 def test_distinct_transitions_have_distinct_ids() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from joinplane import aws, container, keyauth
 from joinplane.join_requests import ApproveJoinRequest, approve
-from tests.support import join
+from tests.support import join, sign_proof
 
 
 def count_into(counted: Counter[str]) -> None:
@@ -95,3 +96,46 @@ def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) 
     # it is also the pool's first certificate: + its CA pointer read and the CA's own transaction
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 200
     assert calls == Counter({"GetItem": 3, "TransactWriteItems": 3})
+
+
+def test_a_renewal_is_one_machine_read_and_one_transaction(make_token, machine_factory, calls) -> None:
+    # Given an admitted machine in a warm container
+    token = make_token(maxUses=2)
+    machine = machine_factory()
+    admitted = join({"joinToken": token["token"], "csr": machine.csr}).body
+    renewal = {"machineToken": admitted["machineToken"], "csr": machine.new_csr()}
+    calls.clear()
+    # When it renews with the same key
+    assert join(renewal, path="/machines/renew", signed_by=machine.key).status == 200
+    # Then it cost the machine's GetItem and one TransactWriteItems: the time it renewed is stored
+    # by the machine's update that the transaction makes anyway (a renewal is billed per write)
+    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+
+
+def test_a_renewal_onto_a_new_key_costs_the_same(make_token, machine_factory, calls) -> None:
+    token = make_token(maxUses=2)
+    machine, new = machine_factory(), machine_factory()
+    machine_token = join({"joinToken": token["token"], "csr": machine.csr}).body["machineToken"]
+    raw = json.dumps({"machineToken": machine_token, "csr": new.csr}).encode()
+    proof = sign_proof(
+        machine.key,
+        purpose="renew",
+        credential=machine_token,
+        body=raw,
+        public_key=machine.key,
+        new_key=new.key,
+    )
+    calls.clear()
+    assert join(None, raw=raw, proof=proof, path="/machines/renew").status == 200
+    # The new key's record, the old one retired and its certificates revoked: all in the one transaction
+    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+
+
+def test_a_rejoin_costs_two_reads_and_two_transactions(make_token, machine_factory, calls) -> None:
+    token = make_token(maxUses=2)
+    machine = machine_factory()
+    assert join({"joinToken": token["token"], "csr": machine.csr}).status == 200
+    calls.clear()
+    assert join({"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key).status == 200
+    # The token; the optimistic transaction (cancelled: the key has a record); the machine; the re-join
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 2})

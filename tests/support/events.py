@@ -40,6 +40,8 @@ MACHINE = {
     "joinedAt": "2026-11-30T10:00:01Z",
     "tokenId": "jtok_x",
     "requestId": None,
+    "identity": "5e" * 32,  # the SHA-256 of its public key
+    "certificateSerial": "4b1d0c5e9a7f3e21",
 }
 
 
@@ -92,7 +94,22 @@ def machine_transitions() -> list[tuple[str, dict | None, dict]]:
         (
             "security.machine.joined",
             MACHINE,
-            {**MACHINE, "tokenGeneration": 2, "rejoinedAt": "2026-11-30T11:00:00Z"},
+            {
+                **MACHINE,
+                "tokenGeneration": 2,
+                "rejoinedAt": "2026-11-30T11:00:00Z",
+                "certificateSerial": "5c2e1d6f0b8a4f32",
+            },
+        ),
+        (
+            "security.machine.key-rotated",
+            MACHINE,
+            {
+                **MACHINE,
+                "identity": "7a" * 32,
+                "certificateSerial": "6d3f2e7a1c9b5a43",
+                "lastRenewedAt": "2026-11-30T11:30:00Z",
+            },
         ),
         (
             "security.machine.revoked",

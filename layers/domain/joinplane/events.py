@@ -32,6 +32,7 @@ from joinplane.dal.apikeys import ApiKey
 from joinplane.dal.authorities import CertificateAuthority
 from joinplane.dal.clusters import ClusterKey, ClusterNode
 from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.machines import public_key_sha256
 from joinplane.dal.pools import Pool
 from joinplane.dal.removals import Removal
 from joinplane.dal.stream import MachineImage, RequestImage
@@ -106,6 +107,18 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
     return Event(detail_type, detail)
 
 
+def _credentials(old: MachineImage | None, new: MachineImage) -> dict[str, Any]:
+    """What a change of a machine's credentials replaced and what it put in place: the public
+    keys' SHA-256 (null for a machine that joined with a fingerprint only, which has no key) and
+    the certificates' serials (null: none, or nothing before a first join)."""
+    return {
+        "publicKeySha256": public_key_sha256(new.identity),
+        "previousPublicKeySha256": public_key_sha256(old.identity) if old is not None else None,
+        "certificateSerial": new.certificate_serial,
+        "previousCertificateSerial": old.certificate_serial if old is not None else None,
+    }
+
+
 def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
     base = {**_common(new), "machineId": new.machine_id, "state": new.state}
     if new.state == "revoked" and (old is None or old.state != "revoked"):
@@ -132,7 +145,30 @@ def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
                 "requestId": new.request_id,
                 "tokenId": new.token_id,
                 "rejoin": old is not None,
+                **_credentials(old, new),
                 "decidedBy": "attestors" if not new.request_id else "operator",
+            },
+        )
+    if (
+        new.state == "active"
+        and old is not None
+        and old.identity is not None
+        and new.identity is not None
+        and old.identity != new.identity
+    ):
+        # A renewal onto a new key. A renewal that keeps the key is no event: it is counted
+        # (Renewals) and shown on the machine (lastRenewedAt, its certificates). The new key's
+        # identity can be taken once only, so it names the transition.
+        detail_type = "security.machine.key-rotated"
+        return Event(
+            detail_type,
+            {
+                "eventId": event_id(detail_type, new.machine_id, new.identity),
+                "occurredAt": new.last_renewed_at,
+                **base,
+                **_credentials(old, new),
+                # The machine's own call, made with its token and proofs by both keys.
+                "decidedBy": "machine",
             },
         )
     return None

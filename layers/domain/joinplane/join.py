@@ -616,7 +616,10 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
             raise Unavailable("the renewal could not be recorded, retry") from None
         match outcome:
             case joins_db.Committed():
-                observe.decision("machine renewed", "Renewals", "renewed", keyRotated=rotating)
+                # Counted apart: a rotation is also an event, a routine renewal only this count.
+                observe.decision(
+                    "machine renewed", "Renewals", "rotated" if rotating else "renewed", keyRotated=rotating
+                )
                 return 200, join_wire.renew_response(
                     machine.machine_id, cert.certificate, cert.ca_certificates, cert.expires_at
                 )

@@ -129,10 +129,16 @@ def view(machine: Machine) -> views.Machine:
         "workerImageBaseline": machine.worker_image_baseline,
         "certificateSerial": machine.certificate_serial,
         "certificateExpiresAt": machine.certificate_expires_at,
+        "publicKeySha256": machines_db.public_key_sha256(machine.identity),
+        "certificates": [
+            {"serial": c.serial, "caId": c.ca_id, "expiresAt": c.expires_at}
+            for c in machine.still_valid_certificates(clock.epoch())
+        ],
         "requestId": machine.request_id,
         "tokenId": machine.token_id,
         "joinedAt": machine.joined_at,
         "rejoinedAt": machine.rejoined_at,
+        "lastRenewedAt": machine.last_renewed_at,
         "revokedAt": machine.revoked_at,
         "revokedBy": machine.revoked_by,
         "revokeReason": machine.revoke_reason,

@@ -43,7 +43,7 @@ SECRET_CHARS = 32  # joinplane.credentials.SECRET_CHARS (not imported: it loads 
 # template.yaml's alarms and dashboard name these (tests/operability holds them to this table).
 METRICS: dict[str, str] = {
     "Joins": "Count",  # admitted | deferred | denied | refused
-    "Renewals": "Count",  # renewed | refused
+    "Renewals": "Count",  # renewed (same key) | rotated (onto a new key) | refused
     "RequestDecisions": "Count",  # approved | rejected | consumed | expired
     "Revocations": "Count",  # revoked
     "ClusterJoins": "Count",  # joined | refused

@@ -235,6 +235,13 @@ class PreflightResult(TypedDict):
 
 
 @with_config(VIEW)
+class MachineCertificate(TypedDict):
+    serial: Annotated[str, Field(pattern=r"^[0-9a-f]{1,40}$", description="lower-case hex")]
+    caId: Annotated[str, Field(description="the CA that signed it, whose CRL would list it")]
+    expiresAt: Timestamp
+
+
+@with_config(VIEW)
 class Machine(TypedDict):
     machineId: Annotated[str, Field(pattern=machines.MACHINE_ID)]
     tenantId: TenantId
@@ -254,10 +261,22 @@ class Machine(TypedDict):
     workerImageBaseline: str | None
     certificateSerial: str | None
     certificateExpiresAt: Timestamp | None
+    publicKeySha256: Annotated[
+        SHA256 | None,
+        Field(description="its key (SubjectPublicKeyInfo, DER); null: joined with a fingerprint only"),
+    ]
+    certificates: Annotated[
+        list[MachineCertificate],
+        Field(
+            description="every certificate issued to its key that has not expired, the current one last "
+            "(a renewal that keeps the key leaves the earlier ones valid; one onto a new key revokes them)"
+        ),
+    ]
     requestId: str | None
     tokenId: str | None
     joinedAt: Timestamp
     rejoinedAt: Timestamp | None
+    lastRenewedAt: Timestamp | None
     revokedAt: Timestamp | None
     revokedBy: str | None
     revokeReason: str | None

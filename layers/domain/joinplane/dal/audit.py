@@ -28,6 +28,7 @@ RANK = {
     "security.join-request.rejected": 2,
     "security.join-request.consumed": 3,
     "security.machine.joined": 4,
+    "security.machine.key-rotated": 4,
     "security.join-request.expired": 5,
     "security.machine.revoked": 6,
     "security.cluster.node-joined": 4,

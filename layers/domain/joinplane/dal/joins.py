@@ -355,6 +355,7 @@ def renew(
         ":ca": certificate_ca_id,
         ":identity": identity,
         ":earlier": [c.to_item() for c in earlier],
+        ":now": now,
         ":active": "active",
         ":digest": machine.machine_token_sha256,
     }
@@ -365,8 +366,11 @@ def renew(
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
+            # When it renewed, in the same write: a renewal that keeps the key is no event, so the
+            # machine's record is where an operator sees it (free: the write is made anyway).
             update="SET certificateSerial = :serial, certificateExpiresAt = :expires, "
-            "certificateCaId = :ca, #identity = :identity, earlierCertificates = :earlier",
+            "certificateCaId = :ca, #identity = :identity, earlierCertificates = :earlier, "
+            "lastRenewedAt = :now",
             condition=condition,
             names={"#state": "state", "#identity": "identity"},
             values=values,

@@ -186,6 +186,7 @@ ATTRIBUTES = {
     "earlier_certificates": "earlierCertificates",
     "joined_at": "joinedAt",
     "rejoined_at": "rejoinedAt",
+    "last_renewed_at": "lastRenewedAt",
     "revoked_at": "revokedAt",
     "revoked_by": "revokedBy",
     "revoke_reason": "revokeReason",
@@ -229,6 +230,14 @@ class IssuedCertificate(NamedTuple):
         return int(datetime.fromisoformat(self.expires_at).timestamp())
 
 
+def public_key_sha256(identity: str | None) -> str | None:
+    """The machine's key as its identity names it (the hex SHA-256 of the key's
+    SubjectPublicKeyInfo), or None when the identity is no key's (a fingerprint's `fp-...`)."""
+    if identity is None or len(identity) != 64 or identity.strip("0123456789abcdef"):
+        return None
+    return identity
+
+
 def certificate_as_read(machine: Machine) -> tuple[str, dict[str, Any]]:
     """A condition (and its values) that the machine's current certificate is still the one read:
     a renewal, re-join or revocation that lists or replaces certificates must not miss one a
@@ -265,6 +274,8 @@ class Machine(NamedTuple):
     # still verify, so a revocation lists them too (see `still_valid_certificates`).
     earlier_certificates: tuple[IssuedCertificate, ...] = ()
     rejoined_at: str | None = None
+    # The last renewal's time: a routine renewal (same key) is no event, so the machine says it.
+    last_renewed_at: str | None = None
     revoked_at: str | None = None
     revoked_by: str | None = None
     revoke_reason: str | None = None

@@ -70,6 +70,9 @@ class MachineImage(NamedTuple):
     revoked_at: str | None = None
     revoked_by: str | None = None
     revoke_reason: str | None = None
+    identity: str | None = None
+    certificate_serial: str | None = None
+    last_renewed_at: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:

@@ -12,6 +12,7 @@ const TYPES = [
   "security.join-request.expired",
   "security.join-request.consumed",
   "security.machine.joined",
+  "security.machine.key-rotated",
   "security.machine.revoked",
   "security.join-token.created",
   "security.join-token.revoked",

@@ -18,7 +18,12 @@ function facts(machine) {
     ["Schedulable", machine.schedulable ? "yes" : "no"],
     ["Certificate serial", machine.certificateSerial || "—"],
     ["Certificate expires", stamp(machine.certificateExpiresAt)],
+    // What the security events about it name: its key, and every certificate of that key still valid.
+    ["Key SHA-256", machine.publicKeySha256 || "—"],
+    ["Certificates held", (machine.certificates || []).map((c) => c.serial).join(", ") || "—"],
     ["Joined", stamp(machine.joinedAt)],
+    ["Re-joined", stamp(machine.rejoinedAt)],
+    ["Last renewed", stamp(machine.lastRenewedAt)],
     ["Serial number", hw.serialNumber || "—"],
     ["System UUID", hw.systemUuid || "—"],
     ["MAC addresses", (hw.macAddresses || []).join(", ") || "—"],
