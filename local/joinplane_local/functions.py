@@ -200,11 +200,25 @@ class Functions:
         self.enforce_timeouts = enforce_timeouts
         self._loaded: dict[str, _Loaded] = {}
         self._locks = {logical_id: threading.Lock() for logical_id in self.specs}
+        self.default_concurrency = concurrency
         self.limits = {
             logical_id: concurrency if spec.reserved_concurrency is None else spec.reserved_concurrency
             for logical_id, spec in self.specs.items()
         }
         self._slots = {name: threading.BoundedSemaphore(limit) for name, limit in self.limits.items()}
+
+    def put_concurrency(self, logical_id: str, limit: int | None) -> None:
+        """Lambda's PutFunctionConcurrency; None puts back the limit the runtime started with.
+        Invocations in flight keep their slots; the new limit counts from the next one."""
+        spec = self.spec(logical_id)
+        if limit is not None and limit < 0:
+            raise ValueError("a concurrency limit cannot be negative")
+        if limit is None:
+            limit = (
+                self.default_concurrency if spec.reserved_concurrency is None else spec.reserved_concurrency
+            )
+        self.limits[logical_id] = limit
+        self._slots[logical_id] = threading.BoundedSemaphore(limit)
 
     def spec(self, logical_id: str) -> FunctionSpec:
         try:
