@@ -187,6 +187,11 @@ class Retry:
         return (failed.retry_after or 0.0) + random.uniform(0.0, ceiling)
 
 
+# An operator command, as the AWS CLI's standard retry mode: a throttle or a 503 up to 3 attempts in
+# all; anything else is the operator's to see at once.
+OPERATOR_RETRY = Retry(throttled_attempts=3, attempts=1)
+
+
 class Unreadable(ValueError):
     """An answer that is not a JSON document we can use; the message completes "the server's answer"."""
 
@@ -327,13 +332,21 @@ def _redirected(url: str, status: int, location: str | None) -> ApiError:
 
 
 class Client:
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: Retry | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise CliError(f"--url must be an http:// or https:// URL, got {url!r}", Exit.USAGE)
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self.retry = retry  # for every post that names none
 
     def post(
         self,
@@ -346,7 +359,9 @@ class Client:
     ) -> Response:
         """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable.
         `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too).
-        With `retry`, a transient answer is asked again as it says; the last one is raised."""
+        With `retry` (or the client's), a transient answer is asked again as it says; the last one
+        is raised."""
+        retry = retry or self.retry
         attempt = 0
         while True:
             try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from joinplane_cli import api
+from joinplane_cli import api, main
 from tests.support.servers import serving
 
 THROTTLED = (429, b'{"message":"Too Many Requests"}', {})  # API Gateway's own, no Retry-After
@@ -165,3 +165,28 @@ def test_retry_after_is_read_as_seconds_or_an_http_date_and_bounded(
     header: str, seconds: float | None
 ) -> None:
     assert api.retry_after(header) == seconds
+
+
+def test_an_operator_command_retries_a_throttle_as_the_aws_cli_does(
+    scripted: tuple[Scripted, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a server that throttles an operator command once, saying to come back at once
+    script, url = scripted
+    script.answers = [
+        (429, b'{"message":"Too Many Requests"}', {"Retry-After": "0"}),
+        (200, b'{"pools": []}', {}),
+    ]
+
+    # When the operator lists pools
+    code = main.main(["pools", "list", "--url", url, "--api-key", "jpk_x", "--tenant", "t", "-o", "json"])
+
+    # Then the command succeeded on its second request
+    assert (code, script.requests) == (0, 2), capsys.readouterr().err
+
+    # And a server that keeps throttling is reported after 3 attempts, as RESOURCE_EXHAUSTED
+    script.answers = [(429, b'{"message":"Too Many Requests"}', {"Retry-After": "0"})]
+    script.requests = 0
+    capsys.readouterr()
+    code = main.main(["pools", "list", "--url", url, "--api-key", "jpk_x", "--tenant", "t"])
+    assert code != 0 and script.requests == api.OPERATOR_RETRY.throttled_attempts == 3
+    assert "RESOURCE_EXHAUSTED: Too Many Requests" in capsys.readouterr().err
