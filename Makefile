@@ -131,6 +131,7 @@ bench: setup build runtime
 	$(PY) -m tests.bench_queue
 	$(PY) -m tests.bench_queue_across
 	$(PY) -m tests.bench_overload
+	$(PY) -m tests.bench_junk
 
 clean:
 	rm -rf $(VENV) .aws-sam .lambda-runtime

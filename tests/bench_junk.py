@@ -10,7 +10,9 @@ are written (docs/operating.md shows this bench's output and says what it means)
 - "not a key": `Bearer` and 40 random characters. The authorizer refuses it without a lookup.
 - "a key's shape": `jpk_<random ULID>_<32 random characters>`. One GetItem that finds nothing.
 - "refused at the authorizer": the first kind, if the authorizer answered `isAuthorized: false`
-  for it; API Gateway's own 403 then, and the route's function never runs.
+  for it; API Gateway's own 403 then, and the route's function never runs. Twice: billed by API
+  Gateway as every request is, and not billed, as AWS support has said of failed authorizations
+  (no pricing page says so for HTTP APIs).
 
 Durations are billed per started millisecond, each invocation rounded up; the emulator's GetItem
 is faster than DynamoDB's (a few milliseconds from Lambda), so the "key's shape" row is low by
@@ -31,10 +33,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from joinplane_local.template import TEMPLATE, load
 from tests.support.lambda_context import http_event
 from tests.support.runtime import local_runtime
 
-# us-east-1 list prices, checked December 2026.
+# us-east-1 list prices at the time of writing.
 PRICES = {
     "http_api_per_million": 1.00,  # API Gateway HTTP API, first 300 million requests a month
     "lambda_per_million": 0.20,  # Lambda requests
@@ -42,7 +45,21 @@ PRICES = {
     "dynamodb_per_million_rru": 0.125,  # on-demand reads; an eventually consistent GetItem is 0.5
     "logs_per_gb": 0.50,  # CloudWatch Logs ingestion, standard class
 }
-ACCESS_LOG_LINE_BYTES = 420  # one line of the template's access log format, with typical values
+# CloudWatch Logs bills each event's bytes plus this much.
+LOG_EVENT_OVERHEAD_BYTES = 26
+# What API Gateway puts for each variable of the access log format, for a refused junk request.
+ACCESS_LOG_VALUES = {
+    "$context.requestId": "Xyz123abcDEF0gA=",
+    "$context.identity.sourceIp": "203.0.113.77",
+    "$context.requestTime": "01/Dec/2026:23:31:03 +0000",
+    "$context.routeKey": "POST /api/compute/pools/list",
+    "$context.status": "401",
+    "$context.responseLength": "143",
+    "$context.responseLatency": "24",
+    "$context.integrationLatency": "11",
+    "$context.integrationErrorMessage": "-",
+    "$context.authorizer.error": "-",
+}
 ROUTE = "/api/compute/pools/list"
 ROUTE_FUNCTION = "PoolsFunction"
 AUTHORIZER = "AuthorizerFunction"
@@ -63,6 +80,16 @@ def key_shaped() -> str:
     return f"jpk_{ulid}_{''.join(secrets.choice(_ALPHABET) for _ in range(32))}"
 
 
+def access_log_bytes() -> int:
+    """One line of the template's access log format, with typical values, as billed."""
+    template = load(TEMPLATE)
+    line = str(template["Resources"]["HttpApi"]["Properties"]["AccessLogSettings"]["Format"])
+    for variable in sorted(ACCESS_LOG_VALUES, key=len, reverse=True):
+        line = line.replace(variable, ACCESS_LOG_VALUES[variable])
+    assert "$context" not in line, line
+    return len(line.encode()) + LOG_EVENT_OVERHEAD_BYTES
+
+
 class Captured:
     """Everything written to file descriptor 1 meanwhile (powertools and EMF print to stdout)."""
 
@@ -77,8 +104,11 @@ class Captured:
         sys.stdout.flush()
         os.dup2(self._saved, 1)
         os.close(self._saved)
-        self.bytes = self._file.seek(0, io.SEEK_END)
+        self._file.seek(0)
+        output = self._file.read()
         self._file.close()
+        # As CloudWatch Logs bills them: each line, and each line's event overhead.
+        self.bytes = len(output) + output.count(b"\n") * LOG_EVENT_OVERHEAD_BYTES
 
 
 def measure(invoke: Callable[[], Any]) -> tuple[list[float], float]:
@@ -117,10 +147,10 @@ def main() -> int:
         rows = []
         memory = {name: functions.spec(name).memory_mb for name in (AUTHORIZER, ROUTE_FUNCTION)}
         for label, secret, reads in (("not a key", not_a_key, 0.0), ("a key's shape", key_shaped, 0.5)):
-            auth_ms, auth_log = measure(lambda make=secret: authorizer(make()))  # type: ignore[misc]
+            auth_ms, auth_log = measure(lambda make=secret: authorizer(make()))
             context = authorizer(secret())["context"]
             assert context == {}, context
-            route_ms, route_log = measure(lambda c=context: route(c))  # type: ignore[misc]
+            route_ms, route_log = measure(lambda c=context: route(c))
             rows.append((label, auth_ms, auth_log, route_ms, route_log, reads))
 
     lines = [
@@ -143,11 +173,14 @@ def main() -> int:
         lambda_auth = PRICES["lambda_per_million"] + billed(auth_ms, memory[AUTHORIZER])
         lambda_route = PRICES["lambda_per_million"] + billed(route_ms, memory[ROUTE_FUNCTION])
         dynamodb = reads * PRICES["dynamodb_per_million_rru"]
-        logs_auth = (auth_log + ACCESS_LOG_LINE_BYTES) / 1e9 * 1e6 * PRICES["logs_per_gb"]
+        logs_auth = (auth_log + access_log_bytes()) / 1e9 * 1e6 * PRICES["logs_per_gb"]
         logs_route = route_log / 1e9 * 1e6 * PRICES["logs_per_gb"]
         costs.append((label, api, lambda_auth, dynamodb, logs_auth, lambda_route, logs_route))
         if label == "not a key":
             costs.append(("refused at the authorizer", api, lambda_auth, 0.0, logs_auth, 0.0, 0.0))
+            # AWS has said in answers (never in the pricing pages) that it bills no request that
+            # fails authorization: the price of the refusal if that holds for HTTP APIs too.
+            costs.append(("refused, if API Gateway bills it not", 0.0, lambda_auth, 0.0, logs_auth, 0.0, 0.0))
 
     lines += [
         "",
