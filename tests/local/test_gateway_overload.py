@@ -78,3 +78,30 @@ def test_a_burst_of_connections_each_gets_an_answer(fresh: Local) -> None:
     statuses = release_together(get, 200)
     assert set(statuses) <= {200, 429}
     assert statuses.count(200) > 0
+
+
+@pytest.fixture
+def gatekeeper_stopped(fresh: Local) -> Iterator[Local]:
+    fresh.runtime.functions.put_concurrency("Gatekeeper", 0)  # every invocation throttled
+    yield fresh
+    fresh.runtime.functions.put_concurrency("Gatekeeper", None)
+
+
+def test_a_throttled_authorizer_is_a_429_that_the_cache_does_not_keep(gatekeeper_stopped: Local) -> None:
+    # Given an authorizer that Lambda will not run
+    good = [("Authorization", "Bearer good")]
+
+    # When a request with a good key arrives
+    reply = gatekeeper_stopped.call("POST", "/private/echo", body="{}", headers=good)
+
+    # Then it is throttled before anything ran, with when to retry
+    assert (reply.status, reply.json(), reply.header("retry-after")) == (
+        429,
+        {"message": "Too Many Requests"},
+        "1",
+    )
+    assert gatekeeper_stopped.module("Gatekeeper").CALLS == []
+
+    # And once the authorizer runs again, the same key is authorized: no refusal was cached
+    gatekeeper_stopped.runtime.functions.put_concurrency("Gatekeeper", None)
+    assert gatekeeper_stopped.call("POST", "/private/echo", body="{}", headers=good).status == 200
