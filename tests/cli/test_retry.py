@@ -129,9 +129,11 @@ def test_a_throttle_is_retried_more_often_than_other_transient_answers(
     ],
 )
 def test_a_refusal_or_a_bug_is_not_retried(scripted: tuple[Scripted, str], answer: tuple) -> None:
+    # Given a server that refuses, or fails in a way that may have done something
     script, url = scripted
     script.answers = [answer]
     retry, pauses = recording_retry()
+    # When / Then the answer is the caller's after one request, with no pause
     with pytest.raises(api.ApiError):
         api.Client(url).post("/machines/join", {}, retry=retry)
     assert (script.requests, pauses) == (1, [])
@@ -164,6 +166,7 @@ def test_without_a_retry_policy_a_throttle_is_raised_at_once(scripted: tuple[Scr
 def test_retry_after_is_read_as_seconds_or_an_http_date_and_bounded(
     header: str, seconds: float | None
 ) -> None:
+    # Given a Retry-After header value, When it is read, Then it is seconds within 0 to 60, or nothing
     assert api.retry_after(header) == seconds
 
 
