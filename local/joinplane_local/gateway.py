@@ -69,8 +69,8 @@ READ_TIMEOUT_SECONDS = 30.0
 _LINGER_SECONDS = 2.0
 # What a throttled client is told to wait.
 RETRY_AFTER_SECONDS = 1
-# Connections the kernel holds while every serving thread is busy accepting: socketserver's default
-# of 5 reset most of a burst of 20 clients; the kernel caps this at net.core.somaxconn (4096).
+# Connections the kernel queues until the server accepts them: socketserver's default of 5 reset
+# most of a burst of 20 clients. The kernel caps it at net.core.somaxconn (4096 since Linux 5.4).
 LISTEN_BACKLOG = 1024
 IMPLICIT_API = "ServerlessHttpApi"
 # Route selection order (most specific first), after which a specific method beats ANY.
