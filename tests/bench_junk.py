@@ -193,7 +193,8 @@ def main() -> int:
         lines.append(f"| {label} | {cells} | **${sum(parts):.2f}** |")
     lines += [
         "",
-        f"prices: {json.dumps(PRICES)}; memory: {json.dumps(memory)} MB; {SAMPLES} warm samples each",
+        f"prices: {json.dumps(PRICES)}; memory: {json.dumps(memory)} MB; {SAMPLES} warm samples each; "
+        f"an access log line: {access_log_bytes()} bytes",
     ]
     print("\n".join(lines), flush=True)
     return 0
