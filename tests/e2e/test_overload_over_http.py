@@ -38,12 +38,13 @@ def test_a_crowd_past_the_concurrency_limit_hears_answers_not_resets(throttled: 
     # When 40 machines join at the same moment, each sending one request
     burst = join_together(throttled.runtime.url, token, csrs(MACHINES), retry=None)
 
-    # Then each got an HTTP answer: admitted, told the token is used up, or throttled (429)
+    # Then each got an HTTP answer, none a 500: admitted, told the token is used up, throttled
+    # (429), or, if the machine is slow enough, told to retry a lost race (409) or later (503)
     assert burst.dropped == [], burst.summary()
-    assert set(burst.statuses) <= {200, 401, 429}, burst.summary()
+    assert set(burst.statuses) <= {200, 401, 409, 429, 503}, burst.summary()
     assert burst.count(429) > 0, burst.summary()
     assert 0 < burst.count(200) <= MAX_USES, burst.summary()
-    assert set(burst.reasons) <= {"", "JOIN_TOKEN_INVALID"}, burst.summary()
+    assert set(burst.reasons) <= {"", "JOIN_TOKEN_INVALID", "CONCURRENT_CHANGE", "UNAVAILABLE", "OUT_OF_TIME"}
 
 
 def test_with_the_clis_retries_exactly_max_uses_machines_are_admitted(throttled: Http) -> None:
