@@ -130,6 +130,8 @@ bench: setup build runtime
 	$(PY) -m tests.bench_events
 	$(PY) -m tests.bench_queue
 	$(PY) -m tests.bench_queue_across
+	$(PY) -m tests.bench_overload
+	$(PY) -m tests.bench_junk
 
 clean:
 	rm -rf $(VENV) .aws-sam .lambda-runtime

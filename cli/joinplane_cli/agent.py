@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from joinplane_cli import facts as machine_facts
 from joinplane_cli import render, statedir
-from joinplane_cli.api import ApiError, Client, Response, Unreachable
+from joinplane_cli.api import ApiError, Client, Response, Retry, Unreachable
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.keys import MachineKey, certificate_for, csr_matches, pem_certificates
 
@@ -335,26 +335,21 @@ class Agent:
         return {"admit": Exit.OK, "defer": Exit.PENDING}.get(verdict, Exit.DENIED)
 
     def _post_join(self, body: dict[str, Any], key: MachineKey) -> Response:
-        """One join call, with the quick retries every client owes a transient failure. Every call
-        proves fresh possession of the key: a re-join or the join that consumes an approval needs it,
-        and the agent cannot know beforehand which one this is."""
+        """One join call, with the quick retries every client owes a transient failure (more of them
+        for a throttle, api.Retry). Every call proves fresh possession of the key: a re-join or the
+        join that consumes an approval needs it, and the agent cannot know beforehand which one this is."""
         token = self.o.token or ""
-        delay = 1.0
-        for attempt in range(QUICK_RETRIES):
-            try:
-                return self.client.post(
-                    "/machines/join",
-                    body,
-                    bearer=self.o.token,
-                    proof=lambda raw: key.proof("join", token, raw),
-                )
-            except ApiError as failed:
-                if not failed.transient or attempt == QUICK_RETRIES - 1:
-                    raise
-            if self.o.sleep(delay * (1 + random.random() * JITTER)):
-                raise KeyboardInterrupt
-            delay *= 2
-        raise AssertionError("unreachable")
+        return self.client.post(
+            "/machines/join",
+            body,
+            bearer=self.o.token,
+            proof=lambda raw: key.proof("join", token, raw),
+            retry=Retry(attempts=QUICK_RETRIES, sleep=self._sleep_or_stop),
+        )
+
+    def _sleep_or_stop(self, seconds: float) -> None:
+        if self.o.sleep(seconds):
+            raise KeyboardInterrupt
 
     def _join_loop(self, facts: machine_facts.Facts, key: MachineKey, csr: str) -> Exit:
         body = self._body(facts, csr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import random
 import socket
 import ssl
 import time
@@ -49,12 +50,15 @@ GRPC_NAMES = {
     15: "DATA_LOSS",
     16: "UNAUTHENTICATED",
 }
-# What API Gateway itself answers with only `{"message": ...}`.
+# What API Gateway itself answers with only `{"message": ...}`; its throttle (`{"message":"Too Many
+# Requests"}`) and an unavailable integration read as the codes the API's own envelopes use.
 _GATEWAY_CODES = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     413: "PAYLOAD_TOO_LARGE",
+    429: "RESOURCE_EXHAUSTED",
+    503: "UNAVAILABLE",
 }
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 ERROR_DOMAIN = "joinplane"
@@ -100,6 +104,8 @@ class ApiError(CliError):
         # The answer was a Joinplane error (operator envelope or rpcStatus), not a gateway's or a
         # stranger's: a 404 without it means the route itself is not there.
         self.enveloped = enveloped
+        # Seconds the server asked us to wait (its Retry-After), when it said.
+        self.retry_after: float | None = None
 
     @property
     def transient(self) -> bool:
@@ -131,6 +137,59 @@ def _server_time(value: str | None) -> float | None:
 # Far deeper than anything the API sends; a deeper answer would overflow the stack of whatever
 # walks it next (a table cell, `-o json`).
 MAX_DEPTH = 64
+
+
+# --- retrying -------------------------------------------------------------------------------
+# A 429 (a throttle: API Gateway's own, which says nothing of when, or the local runtime's at a
+# function's concurrency limit, with Retry-After) and a 503 (UNAVAILABLE: the store or a cluster too
+# busy, the invocation out of time) say that nothing was done: the same request may be sent again,
+# more often than after other transient answers. A crowd throttled together must not come back in
+# step (it would be throttled together again): each pause is drawn at random below a ceiling that
+# doubles per attempt ("full jitter"), and added to whatever the server asked for.
+RETRY_STATUSES = frozenset({429, 503})
+RETRY_AFTER_MAX = 60.0
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header in seconds (delta-seconds or an HTTP date), within 0 to
+    `RETRY_AFTER_MAX`; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        seconds = float(value[:8])  # eight digits are already years: no int() of a huge string
+    else:
+        at = _server_time(value)
+        if at is None:
+            return None
+        seconds = at - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX)
+
+
+@dataclass
+class Retry:
+    """How `Client.post` retries a transient answer (`ApiError.transient`)."""
+
+    # Attempts in all, for a 429 or 503, and for any other transient answer.
+    throttled_attempts: int = 8
+    attempts: int = 3
+    base: float = 1.0
+    cap: float = 8.0
+    # Sleeps; may raise to stop waiting (the agent's SIGTERM).
+    sleep: Callable[[float], object] = time.sleep
+
+    def pause(self, failed: ApiError, attempt: int) -> float | None:
+        """Seconds to wait after attempt number `attempt` (counted from 0) failed, or None: give up."""
+        allowed = self.throttled_attempts if failed.status in RETRY_STATUSES else self.attempts
+        if not failed.transient or attempt + 1 >= allowed:
+            return None
+        ceiling = min(self.cap, self.base * 2.0 ** min(attempt, 32))
+        return (failed.retry_after or 0.0) + random.uniform(0.0, ceiling)
+
+
+# An operator command, as the AWS CLI's standard retry mode: a throttle or a 503 up to 3 attempts in
+# all; anything else is the operator's to see at once.
+OPERATOR_RETRY = Retry(throttled_attempts=3, attempts=1)
 
 
 class Unreadable(ValueError):
@@ -273,13 +332,21 @@ def _redirected(url: str, status: int, location: str | None) -> ApiError:
 
 
 class Client:
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: Retry | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise CliError(f"--url must be an http:// or https:// URL, got {url!r}", Exit.USAGE)
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self.retry = retry  # for every post that names none
 
     def post(
         self,
@@ -288,9 +355,32 @@ class Client:
         *,
         bearer: str | None = None,
         proof: Callable[[bytes], str] | None = None,
+        retry: Retry | None = None,
     ) -> Response:
         """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable.
-        `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too)."""
+        `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too).
+        With `retry` (or the client's), a transient answer is asked again as it says; the last one
+        is raised."""
+        retry = retry or self.retry
+        attempt = 0
+        while True:
+            try:
+                return self._post(path, body, bearer=bearer, proof=proof)
+            except ApiError as failed:
+                pause = None if retry is None else retry.pause(failed, attempt)
+                if retry is None or pause is None:
+                    raise
+            retry.sleep(pause)
+            attempt += 1
+
+    def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        bearer: str | None,
+        proof: Callable[[bytes], str] | None,
+    ) -> Response:
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
         secret = bearer or self.api_key
         if secret:
@@ -317,6 +407,7 @@ class Client:
                 error = parse_error(failed.code, raw)
                 if error.status == 404 and not error.enveloped:
                     raise _not_an_api(self.url, path, error) from None
+                error.retry_after = retry_after(failed.headers.get("retry-after"))
                 raise error from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as failed:
             raise Unreachable(self.url, _reason(failed)) from None

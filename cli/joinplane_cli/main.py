@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from joinplane_cli import admin, agent, completion, options, service
-from joinplane_cli.api import DEFAULT_TIMEOUT, ApiError, Client
+from joinplane_cli.api import DEFAULT_TIMEOUT, OPERATOR_RETRY, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
 
@@ -129,7 +129,7 @@ def _api_key(args: argparse.Namespace) -> str:
 
 def _operator(args: argparse.Namespace) -> admin.Operator:
     url = _need(args.url, "--url", "JOINPLANE_URL")
-    client = Client(url, api_key=_api_key(args), timeout=args.timeout)
+    client = Client(url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY)
     tenant = args.tenant or admin.whoami_tenant(client)
     return admin.Operator(client, tenant, args.output, quiet=getattr(args, "quiet", False))
 

@@ -14,10 +14,18 @@ from types import FrameType
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .functions import DEFAULT_CONCURRENCY
 from .runtime import Mode, Runtime, start_runtime
 from .template import TEMPLATE, Template, load
 
 EXAMPLE_ROUTE = "/api/compute/pools/list"
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +57,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run stream, rule and schedule event sources (default: on, off with --aws)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help="invocations of one function at once, past which the API answers 429 with Retry-After, "
+        f"as a throttled API does (default: {DEFAULT_CONCURRENCY}; a function's "
+        "ReservedConcurrentExecutions wins)",
     )
     webhook = parser.add_argument_group(
         "webhook",
@@ -180,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             template_path=args.template,
             parameters=template_parameters(args),
+            concurrency=args.concurrency,
         )
     except KeyboardInterrupt:
         return 130

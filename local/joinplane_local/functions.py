@@ -8,6 +8,12 @@ re-runs a failed init.
 
 Invocations round-trip the event and the result through JSON because Lambda does: a handler
 cannot mutate its caller's objects, and a result Lambda could not marshal fails here too.
+
+Each function runs at most its concurrency limit of invocations at once (`ReservedConcurrentExecutions`
+when the template sets one, else the runtime's default); one more is throttled at once, as Lambda
+throttles a synchronous invocation, rather than queued. The limit is lower than Lambda's: the
+invocations share one interpreter and its GIL, so past a few at a time each one only gets slower,
+until all of them outlast their Timeout together.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ FUNCTION_TYPE = "AWS::Serverless::Function"
 # SAM's own defaults when neither the function nor Globals set a value.
 DEFAULT_MEMORY_MB = 128
 DEFAULT_TIMEOUT_S = 3.0
+# Invocations of one function at once, unless the template reserves another number. With this
+# many in flight, 2 cores keep every join far inside its 10 s Timeout (`make bench` sends 200 at
+# once: none times out).
+DEFAULT_CONCURRENCY = 10
 
 
 class FunctionError(Exception):
@@ -46,6 +56,17 @@ class FunctionError(Exception):
         self.message = message
 
 
+class Throttled(FunctionError):
+    """The function already runs its concurrency limit of invocations: this one never started."""
+
+    def __init__(self, logical_id: str, limit: int) -> None:
+        # Lambda's own words for a throttled invocation (TooManyRequestsException, "Rate Exceeded.").
+        super().__init__(
+            logical_id, "TooManyRequestsException", f"Rate Exceeded. (concurrency limit {limit})"
+        )
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class FunctionSpec:
     logical_id: str
@@ -56,6 +77,8 @@ class FunctionSpec:
     handler_attr: str
     memory_mb: int
     timeout_s: float
+    # ReservedConcurrentExecutions, when the template sets it.
+    reserved_concurrency: int | None = None
     # Unresolved event source definitions: callers need the intrinsics (`!GetAtt Table.StreamArn`)
     # to find the logical resource behind them.
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -111,6 +134,7 @@ def specs_from_template(template: Template, base_dir: Path = ROOT) -> dict[str, 
         if not module_path or not attr:
             raise ValueError(f"{logical_id}: Handler {handler!r} is not <module>.<function>")
         code_dir = (base_dir / str(code_uri)).resolve()
+        reserved = props.get("ReservedConcurrentExecutions")
         if "FunctionName" in props:
             name = str(template.resolve(props["FunctionName"]))
         else:
@@ -124,6 +148,7 @@ def specs_from_template(template: Template, base_dir: Path = ROOT) -> dict[str, 
             handler_attr=attr,
             memory_mb=int(template.resolve(_property(props, globals_, "MemorySize", DEFAULT_MEMORY_MB))),
             timeout_s=float(template.resolve(_property(props, globals_, "Timeout", DEFAULT_TIMEOUT_S))),
+            reserved_concurrency=None if reserved is None else int(template.resolve(reserved)),
             events=dict(props.get("Events") or {}),
             properties=dict(props),
         )
@@ -164,7 +189,10 @@ class Functions:
         base_dir: Path = ROOT,
         environment: Mapping[str, str] | None = None,
         enforce_timeouts: bool = True,
+        concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError("the default concurrency limit must be at least 1")
         self.template = template
         self.specs = specs_from_template(template, base_dir)
         self.environment = dict(template.function_environment() if environment is None else environment)
@@ -173,6 +201,25 @@ class Functions:
         self.enforce_timeouts = enforce_timeouts
         self._loaded: dict[str, _Loaded] = {}
         self._locks = {logical_id: threading.Lock() for logical_id in self.specs}
+        self.default_concurrency = concurrency
+        self.limits = {
+            logical_id: concurrency if spec.reserved_concurrency is None else spec.reserved_concurrency
+            for logical_id, spec in self.specs.items()
+        }
+        self._slots = {name: threading.BoundedSemaphore(limit) for name, limit in self.limits.items()}
+
+    def put_concurrency(self, logical_id: str, limit: int | None) -> None:
+        """Lambda's PutFunctionConcurrency; None puts back the limit the runtime started with.
+        Invocations in flight keep their slots; the new limit counts from the next one."""
+        spec = self.spec(logical_id)
+        if limit is not None and limit < 0:
+            raise ValueError("a concurrency limit cannot be negative")
+        if limit is None:
+            limit = (
+                self.default_concurrency if spec.reserved_concurrency is None else spec.reserved_concurrency
+            )
+        self.limits[logical_id] = limit
+        self._slots[logical_id] = threading.BoundedSemaphore(limit)
 
     def spec(self, logical_id: str) -> FunctionSpec:
         try:
@@ -232,7 +279,19 @@ class Functions:
             return loaded
 
     def invoke(self, logical_id: str, event: Any) -> Any:
-        """Run the handler with `event` and return its result; raise FunctionError on failure."""
+        """Run the handler with `event` and return its result; raise FunctionError on failure,
+        Throttled (one) when the function already runs its concurrency limit of invocations."""
+        self.spec(logical_id)  # a KeyError that names a function the template lacks
+        slots = self._slots[logical_id]
+        # A limit of 0 (ReservedConcurrentExecutions: 0) throttles every invocation, as on Lambda.
+        if not slots.acquire(blocking=False):
+            raise Throttled(logical_id, self.limits[logical_id])
+        try:
+            return self._invoke(logical_id, event)
+        finally:
+            slots.release()
+
+    def _invoke(self, logical_id: str, event: Any) -> Any:
         try:
             loaded = self._load(logical_id)
         except FunctionError:

@@ -5,9 +5,16 @@ functions are written against it: route selection, the payload format 2.0 event,
 REQUEST authorizer with its identity-source check and result cache, the response mapping, and
 API Gateway's own error bodies (`{"message": "Not Found"}` and friends).
 
+Overload is answered, never dropped: the listen backlog holds a burst of connections, and a
+function (the authorizer included) already running its concurrency limit of invocations gets a 429
+`{"message":"Too Many Requests"}` with `Retry-After`, before anything of the request ran. That is
+API Gateway's throttle answer; the deployed stage sends it without `Retry-After` (docs/operating.md
+says what a deployed stack answers where).
+
 Not emulated: CORS preflight answers (the template configures none), payload format 1.0, JWT and
-IAM authorizers, IAM-policy authorizer responses, stage variables, mutual TLS, throttling, and
-Lambda's own 6 MB invocation payload limit (API Gateway's 10 MB request limit is kept).
+IAM authorizers, IAM-policy authorizer responses, stage variables, mutual TLS, the stage's and
+routes' request-rate throttles, and Lambda's own 6 MB invocation payload limit (API Gateway's
+10 MB request limit is kept).
 
 Request framing is read strictly, since a body whose end is guessed lets the next request hide in
 it: Content-Length is plain digits, chunk sizes plain hex on a bounded line, trailers bounded, and
@@ -39,7 +46,7 @@ from urllib.parse import parse_qsl, unquote
 
 from joinplane import clock
 
-from .functions import FunctionError, Functions, report_failure
+from .functions import FunctionError, Functions, Throttled, report_failure
 from .template import Template, referenced_logical_id
 
 # API Gateway's request payload quota for HTTP APIs.
@@ -60,6 +67,11 @@ READ_TIMEOUT_SECONDS = 30.0
 # After refusing a request mid-body, the rest of what the client sends is read and thrown away
 # for up to this long, so that it reads the answer instead of a connection reset.
 _LINGER_SECONDS = 2.0
+# What a throttled client is told to wait.
+RETRY_AFTER_SECONDS = 1
+# Connections the kernel queues until the server accepts them: socketserver's default of 5 reset
+# most of a burst of 20 clients. The kernel caps it at net.core.somaxconn (4096 since Linux 5.4).
+LISTEN_BACKLOG = 1024
 IMPLICIT_API = "ServerlessHttpApi"
 # Route selection order (most specific first), after which a specific method beats ANY.
 _EXACT, _PARAMS, _GREEDY, _DEFAULT = range(4)
@@ -86,6 +98,14 @@ def _message(status: int, message: str, function: str | None = None) -> Response
     """One of API Gateway's own answers, byte for byte (compact JSON)."""
     body = json.dumps({"message": message}, separators=(",", ":")).encode()
     return Response(status, [("content-type", "application/json")], body, function)
+
+
+def _throttled(function: str) -> Response:
+    """A function at its concurrency limit: API Gateway's throttle answer, plus a `Retry-After`
+    the deployed stage does not send (an invocation frees its slot within a second or so)."""
+    response = _message(429, "Too Many Requests", function)
+    response.headers.append(("retry-after", str(RETRY_AFTER_SECONDS)))
+    return response
 
 
 @dataclass(frozen=True)
@@ -380,6 +400,8 @@ class Gateway:
         event = {key: event[key] for key in _EVENT_ORDER if key in event}
         try:
             result = self.functions.invoke(route.function, event)
+        except Throttled:
+            return _throttled(route.function)
         except FunctionError as error:
             report_failure(route.function, error, self.log)
             response = _message(500, "Internal Server Error")
@@ -492,6 +514,8 @@ class Gateway:
             }
             try:
                 result = self.functions.invoke(authorizer.function, authorizer_event)
+            except Throttled:
+                return _throttled(authorizer.function), None  # never cached: nothing was decided
             except FunctionError as error:
                 report_failure(authorizer.function, error, self.log)
                 return _message(500, "Internal Server Error", authorizer.function), None
@@ -572,6 +596,7 @@ def _header_value(value: Any) -> str:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
     # Idle keep-alive connections must not hold up shutdown.
     block_on_close = False
     allow_reuse_address = True

@@ -29,7 +29,7 @@ from typing import Any, Literal, TextIO
 from joinplane import container
 
 from . import emulator as embedded
-from .functions import Functions
+from .functions import DEFAULT_CONCURRENCY, Functions
 from .gateway import Gateway, Route
 from .template import REGION, TEMPLATE, Names, Template, create_resources, load
 from .workers import QUEUE_WAIT_SECONDS, STREAM_POLL_SECONDS, ClientFactory, Workers
@@ -223,11 +223,14 @@ def start_runtime(
     enforce_timeouts: bool = True,
     log: TextIO | None = None,
     parameters: Mapping[str, str] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Runtime:
     """Start everything and return once the HTTP API answers.
 
     `seed` and `workers` default to on, except in `aws` mode where they default to off.
     `parameters` set template parameters (the others keep their `Default`), e.g. `WebhookUrl`.
+    `concurrency` is each function's limit of invocations at once (past it: a 429), unless the
+    template reserves another.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
@@ -305,7 +308,12 @@ def start_runtime(
 
         environment.set(template.function_environment())
         container.reset(keep_clients=True)  # the functions' names are set now
-        functions = Functions(template, base_dir=template_path.parent, enforce_timeouts=enforce_timeouts)
+        functions = Functions(
+            template,
+            base_dir=template_path.parent,
+            enforce_timeouts=enforce_timeouts,
+            concurrency=concurrency,
+        )
         # A unique suffix keeps apart the rules and queues of runs sharing one account or emulator.
         worker_set = Workers(
             template,

@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from joinplane_local.__main__ import parse_args
+from joinplane_local.functions import DEFAULT_CONCURRENCY
 from tests.support.runtime import FIXTURE_TEMPLATE
 
 
@@ -76,3 +77,11 @@ def test_aws_options_need_aws_and_names() -> None:
         parse_args(["--aws"])
     args = parse_args(["--aws", "--stack-name", "prod"])
     assert (args.aws, args.stack_name, args.workers, args.seed) == (True, "prod", None, None)
+
+
+def test_the_concurrency_limit_is_a_positive_number_defaulting_to_the_runtimes() -> None:
+    assert parse_args([]).concurrency == DEFAULT_CONCURRENCY
+    assert parse_args(["--concurrency", "3"]).concurrency == 3
+    for wrong in ("0", "-1", "many"):
+        with pytest.raises(SystemExit):
+            parse_args(["--concurrency", wrong])

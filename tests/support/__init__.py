@@ -8,6 +8,7 @@ conftest fixture), never from another test module.
 - races: threads released together against the moto server (`release_together`)
 - polling: waiting for work on another thread or process (`wait_until`)
 - runtime: the one way to start joinplane_local (`local_runtime`)
+- overload: a crowd of machines joining one pool at once over HTTP (`join_together`)
 - servers: stand-in HTTP servers for the CLI (`serving`)
 """
 

@@ -186,7 +186,7 @@ class Router:
                 return result.lambda_response()
             return self._render(result)
         except JoinplaneError as refused:
-            if not observe.decided():
+            if not observe.decided() and not _logged_by_authorizer(event, request, refused):
                 observe.log(
                     "INFO",
                     "request refused",
@@ -200,3 +200,14 @@ class Router:
             observe.exception("unhandled error", method=request.method, path=request.path)
             observe.count("UnhandledErrors", outcome="internal")
             return self._render_error(Internal("internal error"))
+
+
+def _logged_by_authorizer(event: dict[str, Any], request: HttpRequest, refused: JoinplaneError) -> bool:
+    """A request the authorizer resolved no key for, refused for that: the authorizer logged and
+    counted the refusal under the same correlationId (AuthorizerRefusals, with why). A second line
+    here would add nothing but about a quarter of what junk credentials cost in log ingestion."""
+    return (
+        refused.code == "UNAUTHENTICATED"
+        and "authorizer" in (event.get("requestContext") or {})
+        and not request.authorizer
+    )
