@@ -115,7 +115,7 @@ def parameters(document: dict[str, Any]) -> list[str]:
         if allowed:
             effect += " One of " + ", ".join(f"`{v}`" for v in allowed) + "."
         if spec.get("NoEcho"):
-            effect += " (NoEcho: CloudFormation never shows it.)"
+            effect += " NoEcho."
         rows.append(f"| `{name}` | {shown} | {effect} |")
     return rows
 
