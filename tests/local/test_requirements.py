@@ -34,6 +34,15 @@ def test_the_run_pins_are_the_dev_pins_kept_once() -> None:
     assert "-r requirements-run.txt" in DEV.read_text().splitlines()
 
 
+def test_the_lambda_layer_ships_what_make_run_runs() -> None:
+    # Given the layer's requirements (sam build reads that file, so its pins cannot be an include)
+    layer = pins(ROOT / "layers" / "domain" / "requirements.txt")
+
+    # Then each is pinned for make run too, to the same version: the runtime runs the functions
+    # with the libraries Lambda will
+    assert {name: pins(RUN).get(name) for name in layer} == layer
+
+
 def test_the_run_requirements_are_closed_under_dependencies() -> None:
     # Given the run pins and the metadata of the distributions they name (installed at those pins)
     run = pins(RUN)
