@@ -39,7 +39,7 @@ def test_every_parameter_is_in_the_table_with_its_default() -> None:
     assert set(rows) == set(parameters)
     for name, spec in parameters.items():
         default = spec.get("Default")
-        expected = "(empty)" if default == "" else f"`{default}`"
+        expected = "(empty)" if default == "" else "(required)" if default is None else f"`{default}`"
         assert rows[name].strip() == expected, name
 
 
