@@ -53,11 +53,14 @@ PRICES = {
 }
 
 # One admitted join with a certificate, warm function (docs/join.md, "What each path costs"):
-# the assumptions the per-million table multiplies out. Item sizes under 1 KB but the machine's
-# (its certificate makes it ~2 KB); transactional writes cost 2 units per KB and item.
+# the assumptions the per-million table multiplies out. Item sizes as the local runtime writes
+# them, each under 1 KB (machine with its certificate 967 B, token 517 B, identity 354 B, audit
+# record ~600 B); a transaction's item costs 2 write units per KB, an index entry 1.
 JOIN_MS = 100  # MachineJoin's billed duration, one kms:Sign included
 SMALL_MS = 20  # the stream publisher's and the audit consumer's share of an invocation
-JOIN_WRITE_UNITS = 2 * (5 + 2)  # token, pool check, identity, 2 hardware claims, the machine (2 KB)
+# token, pool check, identity, machine and 2 hardware claims (a MAC and a serial), then the
+# token's and the machine's index entries
+JOIN_WRITE_UNITS = 2 * 6 + 2
 AUDIT_WRITE_UNITS = 2  # the audit consumer's record and its index entry
 JOIN_READ_UNITS = 1  # the token
 JOIN_EVENTS = 1  # security.machine.joined
