@@ -8,6 +8,8 @@ conftest fixture), never from another test module.
 - races: threads released together against the moto server (`release_together`)
 - polling: waiting for work on another thread or process (`wait_until`)
 - runtime: the one way to start joinplane_local (`local_runtime`)
+- requirements: the pinned requirement files, includes followed (`pins`)
+- import_guard: a module run with only one requirement file's distributions importable (a script)
 - servers: stand-in HTTP servers for the CLI (`serving`)
 """
 
