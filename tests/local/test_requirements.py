@@ -66,24 +66,23 @@ def test_the_run_requirements_are_closed_under_dependencies() -> None:
 def test_the_local_runtime_serves_a_join_with_the_run_requirements_alone(tmp_path: Path) -> None:
     # Given `python -m joinplane_local`, as `make run` starts it, where only what requirements-run.txt
     # installs can be imported
-    report = tmp_path / "imports.json"
-    process = subprocess.Popen(
-        [sys.executable, GUARD, RUN, report, "joinplane_local", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "JOINPLANE_DEV_ADMIN_KEY": DEV_KEY, "PYTHONUNBUFFERED": "1"},
-    )
+    report, output, log = tmp_path / "imports.json", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with output.open("w") as stdout, log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, GUARD, RUN, report, "joinplane_local", "--port", "0"],
+            cwd=ROOT,
+            stdout=stdout,
+            stderr=stderr,
+            env={**os.environ, "JOINPLANE_DEV_ADMIN_KEY": DEV_KEY, "PYTHONUNBUFFERED": "1"},
+        )
     try:
-        assert process.stdout is not None
-        banner = ""
-        while "Ctrl-C" not in banner:
-            line = process.stdout.readline()
-            assert line, f"the runtime ended before its banner:\n{banner}\n{_report(report)}"
-            banner += line
-        url = re.search(r"Serving on (http://\S+)", banner)
-        assert url, banner
+        banner = wait_until(
+            lambda: "Ctrl-C" in output.read_text() or process.poll() is not None, timeout=120, interval=0.2
+        )
+        url = re.search(r"Serving on (http://\S+)", output.read_text())
+        assert banner and url, (
+            f"the runtime ended before its banner:\n{log.read_text()[-3000:]}\n{_report(report)}"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOINPLANE_")}
         env.update(
             JOINPLANE_URL=url.group(1), JOINPLANE_API_KEY=DEV_KEY, JOINPLANE_CONFIG=str(tmp_path / "none")
@@ -107,7 +106,11 @@ def test_the_local_runtime_serves_a_join_with_the_run_requirements_alone(tmp_pat
         )
     finally:
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     # Then all of it worked, and nothing the runtime loaded came from outside requirements-run.txt
     assert "Admitted" in joined
