@@ -1,10 +1,13 @@
 # Everything a fresh machine needs comes from here: `make run` and `make test` create the
-# virtualenv from pinned requirements on first use.
+# virtualenv from pinned requirements on first use. `make run` installs only what the server and
+# the CLI need (requirements-run.txt); `make setup` (and every test target) adds the test toolchain.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
+# One stamp per level: after `make test`, `make run` finds its level installed and starts at once.
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
@@ -14,11 +17,16 @@ export AWS_DEFAULT_REGION ?= $(REGION)
 
 setup: $(STAMP) tools
 
-$(STAMP): requirements-dev.txt pyproject.toml cli/pyproject.toml
+# The server (this project, editable) and the `joinplane` command (./cli), which the README's
+# walk-through runs from .venv/bin, with their pinned dependencies and nothing else.
+$(RUN_STAMP): requirements-run.txt pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-run.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./cli
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./cli
 	touch $(STAMP)
 
 # axe-core, the accessibility engine tests/console runs in the page: pinned by its package-lock.json,
@@ -41,7 +49,7 @@ $(AXE_STAMP): tests/console/package-lock.json
 console-screenshot: setup
 	JOINPLANE_CONSOLE_SCREENSHOT=$(abspath docs/console-queue.png) $(BIN)/pytest tests/console/test_console_browser.py -k two_pools
 
-run: setup
+run: $(RUN_STAMP)
 	@echo "The joinplane command is $(abspath $(BIN))/joinplane: put it on PATH with"
 	@echo "  export PATH=\"$(abspath $(BIN)):\$$PATH\"   (or install it alone: make install-cli)"
 	$(PY) -m joinplane_local $(ARGS)
@@ -99,10 +107,10 @@ build: setup
 # The packaged-artifact tests import handlers from .aws-sam/build with only what the Lambda
 # python3.11 runtime provides (boto3 and its dependencies) beside the layer.
 runtime: .lambda-runtime/.stamp
-.lambda-runtime/.stamp: requirements-dev.txt
+.lambda-runtime/.stamp: requirements-run.txt
 	rm -rf .lambda-runtime
 	$(BIN)/pip install -q --disable-pip-version-check --target .lambda-runtime \
-	  $$(grep -E '^(boto3|botocore|s3transfer|jmespath|python-dateutil|six|urllib3)==' requirements-dev.txt)
+	  $$(grep -E '^(boto3|botocore|s3transfer|jmespath|python-dateutil|six|urllib3)==' requirements-run.txt)
 	touch $@
 
 # One pytest-xdist worker per core, each given whole files (module-scoped runtimes start once per

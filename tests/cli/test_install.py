@@ -41,7 +41,7 @@ def test_cli_installs_alone_into_a_fresh_virtualenv_and_joins_a_machine(cli: Cli
     _run(sys.executable, "-m", "venv", "--without-pip", venv)
     pins = [
         line.strip()
-        for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+        for line in (ROOT / "requirements-run.txt").read_text().splitlines()
         if line.split("==")[0].strip().lower() in PINNED
     ]
     constraints = tmp_path / "constraints.txt"

@@ -9,6 +9,8 @@ conftest fixture), never from another test module.
 - polling: waiting for work on another thread or process (`wait_until`)
 - runtime: the one way to start joinplane_local (`local_runtime`)
 - overload: a crowd of machines joining one pool at once over HTTP (`join_together`)
+- requirements: the pinned requirement files, includes followed (`pins`)
+- import_guard: a module run with only one requirement file's distributions importable (a script)
 - servers: stand-in HTTP servers for the CLI (`serving`)
 """
 
