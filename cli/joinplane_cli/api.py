@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from joinplane_cli import skew
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
 
@@ -106,6 +107,8 @@ class ApiError(CliError):
         self.enveloped = enveloped
         # Seconds the server asked us to wait (its Retry-After), when it said.
         self.retry_after: float | None = None
+        # The answer's Date header as sent, for correcting a proof's clock (joinplane_cli.skew).
+        self.date: str | None = None
 
     @property
     def transient(self) -> bool:
@@ -363,10 +366,18 @@ class Client:
         is raised."""
         retry = retry or self.retry
         attempt = 0
+        corrected = False
         while True:
+            sent = time.time()
             try:
                 return self._post(path, body, bearer=bearer, proof=proof)
             except ApiError as failed:
+                if proof is not None and not corrected and failed.reason == "PROOF_STALE":
+                    # One proof signed again on the server's clock, as AWS SDKs correct a skew.
+                    corrected = True
+                    server = skew.server_time(failed.metadata, failed.date)
+                    if skew.learn(server, sent, time.time()):
+                        continue
                 pause = None if retry is None else retry.pause(failed, attempt)
                 if retry is None or pause is None:
                     raise
@@ -408,6 +419,7 @@ class Client:
                 if error.status == 404 and not error.enveloped:
                     raise _not_an_api(self.url, path, error) from None
                 error.retry_after = retry_after(failed.headers.get("retry-after"))
+                error.date = failed.headers.get("date")
                 raise error from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as failed:
             raise Unreachable(self.url, _reason(failed)) from None

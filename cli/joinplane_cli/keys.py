@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,17 +14,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-_last_proof_ms = 0
-_proof_lock = threading.Lock()
+from joinplane_cli import skew
 
 
 def _proof_time() -> int:
-    """Unix milliseconds, strictly increasing within this process: the server accepts a proof
-    only if it is newer than the last one it accepted for the key."""
-    global _last_proof_ms
-    with _proof_lock:
-        _last_proof_ms = max(int(time.time() * 1000), _last_proof_ms + 1)
-        return _last_proof_ms
+    """Unix milliseconds on the server's clock as last learnt, strictly increasing within this
+    process: the server accepts a proof only if it is newer than the last one it accepted for the key."""
+    return skew.proof_ms()
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from joinplane_cli import agent, render, statedir
+from joinplane_cli import agent, render, skew, statedir
 from joinplane_cli.api import ApiError, Unreachable
 from joinplane_cli.exits import CliError, Exit
 
@@ -171,7 +170,8 @@ class Service:
             if due is None:
                 certificate = held(directory)
                 due = renewal_time(certificate.issued_at, certificate.expires_at, random.random())
-                now, expires = time.time(), render.rfc3339(certificate.expires_at)
+                # The certificate's instants are the server's: so is the clock they are read on.
+                now, expires = skew.now(), render.rfc3339(certificate.expires_at)
                 self.say(
                     f"Certificate of {certificate.machine_id} expires {expires} "
                     f"({render.until(expires, now)}); renewing at "
@@ -233,11 +233,12 @@ class Service:
     def _retry_later(self, backoff: agent.Backoff, why: str) -> float:
         delay = backoff.next()
         print(f"Renewal failed: {why}; trying again in {delay:.0f}s.", file=self.o.err, flush=True)
-        return time.time() + delay
+        return skew.now() + delay
 
     def _sleep_until(self, due: float) -> bool:
-        """Sleep until the wall clock reaches `due`; True when asked to stop meanwhile."""
-        while (left := due - time.time()) > 0:
+        """Sleep until the server's clock (the wall clock, corrected by what a stale proof taught)
+        reaches `due`; True when asked to stop meanwhile."""
+        while (left := due - skew.now()) > 0:
             if self.stopper.sleep(min(left, LONGEST_NAP)):
                 return True
         return self.stopper.stopping

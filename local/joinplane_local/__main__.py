@@ -131,7 +131,7 @@ def banner(runtime: Runtime) -> str:
         auth = f"  [authorizer {route.authorizer.name}]" if route.authorizer else ""
         lines.append(f"  {route.route_key:<{width}}  → {route.function}{auth}")
     lines += [
-        "  GET|POST /_local/clock  (read or advance the local clock)",
+        "  GET|POST /_local/clock  (read, advance or reset the local clock)",
         "  POST /_local/schedules/<Function>/run  (run a scheduled function now)",
     ]
     sources = runtime.workers.describe()

@@ -572,14 +572,26 @@ class Gateway:
                 document = json.loads(request.body or b"null")
             except ValueError:
                 document = None
+            if document == {"reset": True}:
+                clock.reset()
+                # Authorizer verdicts cached while the clock ran ahead would otherwise outlive
+                # their TTL by the whole offset.
+                with self._cache_lock:
+                    self._cache.clear()
+                return Response.json(200, {"now": clock.rfc3339(clock.epoch()), "offsetSeconds": 0})
             seconds = document.get("advanceSeconds") if isinstance(document, dict) else None
             if (
                 not isinstance(seconds, int | float)
                 or isinstance(seconds, bool)
                 or not math.isfinite(seconds)
                 or seconds <= 0
+                or document.keys() != {"advanceSeconds"}
             ):
-                return _message(400, 'body must be {"advanceSeconds": N} with N a positive number')
+                return _message(
+                    400,
+                    'body must be {"advanceSeconds": N} with N a positive number, '
+                    'or {"reset": true} to go back to the real time',
+                )
             clock.advance(seconds)
         offset = clock.advance(0)
         return Response.json(200, {"now": clock.rfc3339(clock.epoch()), "offsetSeconds": offset})
@@ -777,7 +789,9 @@ def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
 
         def _reply(self, response: Response, started: float, close: bool = False) -> None:
             self.send_response_only(response.status)
-            self.send_header("Date", self.date_time_string())
+            # The local clock's time, as API Gateway's Date is its own: a client correcting its
+            # skew must see the clock the functions judge by. A function's own Date is dropped.
+            self.send_header("Date", self.date_time_string(clock.epoch()))
             for name, value in response.headers:
                 if name not in ("content-length", "connection", "transfer-encoding", "date"):
                     self.send_header(name, value)

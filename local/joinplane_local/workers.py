@@ -913,6 +913,10 @@ class Scheduler(_Loop):
     def cycle(self) -> None:
         now = clock.epoch()
         for schedule in self.schedules:
+            if schedule.enabled and schedule.period is not None and schedule.next_due > now + schedule.period:
+                # The clock went back (`/_local/clock` reset): due one period from now, not from
+                # where the clock had been.
+                schedule.next_due = now + schedule.period
             if schedule.period is None or not schedule.enabled or now < schedule.next_due:
                 continue
             # Runs missed while the clock jumped forward collapse into one, so moving the clock

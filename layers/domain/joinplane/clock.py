@@ -2,7 +2,7 @@
 
 Expiry is decided by comparing stored instants with `now()`, never by waiting for DynamoDB TTL or
 a retention job. The local runtime moves this clock (`POST /_local/clock`) so expiry can be tested
-without sleeping; deployed, the offset is always zero.
+without sleeping, and puts it back (`{"reset": true}`); deployed, the offset is always zero.
 """
 
 import time
@@ -31,7 +31,9 @@ def advance(seconds: float) -> float:
 
 
 @container.on_reset
-def _reset() -> None:
+def reset() -> None:
+    """Back to the real time (local runtime and tests only). What was stored while the clock ran
+    ahead keeps its instants: docs/operating.md says what that means for a machine's proofs."""
     global _offset_seconds
     _offset_seconds = 0.0
 

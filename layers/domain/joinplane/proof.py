@@ -170,7 +170,9 @@ def verify(
 
     now_ms = int(clock.epoch() * 1000)
     if not now_ms - WINDOW_MS <= proof.timestamp_ms <= now_ms + FUTURE_SKEW_MS:
-        raise Unauthenticated(STALE, reason=PROOF_STALE)
+        # Our time, to the millisecond, so a client can sign again on our clock at once (as AWS
+        # SDKs correct a skewed signature); HTTP's Date alone has whole seconds.
+        raise Unauthenticated(STALE, reason=PROOF_STALE, metadata={"serverTime": str(now_ms)})
     signer = csr_key
     if proof.key_der is not None:
         try:
