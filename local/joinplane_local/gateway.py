@@ -572,12 +572,11 @@ class Gateway:
                 document = json.loads(request.body or b"null")
             except ValueError:
                 document = None
-            if document == {"reset": True}:
+            if isinstance(document, dict) and document.keys() == {"reset"} and document["reset"] is True:
                 clock.reset()
                 # Authorizer verdicts cached while the clock ran ahead would otherwise outlive
                 # their TTL by the whole offset.
-                with self._cache_lock:
-                    self._cache.clear()
+                self.clear_authorizer_cache()
                 return Response.json(200, {"now": clock.rfc3339(clock.epoch()), "offsetSeconds": 0})
             seconds = document.get("advanceSeconds") if isinstance(document, dict) else None
             if (

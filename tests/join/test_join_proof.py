@@ -121,6 +121,24 @@ def test_the_window_is_five_minutes_back_and_one_ahead(make_token, machine_facto
         assert join(None, raw=raw, proof=proof).status == status, t
 
 
+@pytest.mark.parametrize("off_ms", [-301_000, 61_000])
+def test_a_stale_refusal_says_the_server_time_in_ms(make_token, machine_factory, off_ms: int) -> None:
+    # Given an admitted machine whose clock is outside the window, behind or ahead
+    token = make_token(maxUses=5)
+    machine = machine_factory()
+    join(rejoin_body(token, machine))
+    now = int(clock.epoch() * 1000)
+    raw, proof = signed(machine, token["token"], rejoin_body(token, machine), timestamp_ms=now + off_ms)
+
+    # When it re-joins
+    refused = join(None, raw=raw, proof=proof)
+
+    # Then the refusal carries the server's time, to the millisecond, for the client to sign again on
+    (info,) = [d for d in refused.body["details"] if d["@type"].endswith("ErrorInfo")]
+    assert (refused.status, info["reason"]) == (401, "PROOF_STALE")
+    assert now <= int(info["metadata"]["serverTime"]) <= int(clock.epoch() * 1000)
+
+
 def test_a_proof_made_with_another_key_does_not_verify(make_token, machine_factory) -> None:
     token = make_token(maxUses=5)
     # Given an admitted machine and a thief with a key of its own

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import email.utils
 import http.client
+import time
 
 from joinplane import clock
 from tests.support.runtime import Local
@@ -193,6 +195,54 @@ def test_the_local_clock_refuses_bad_advances(fresh: Local) -> None:
         assert "advanceSeconds" in reply.json()["message"]
     assert fresh.call("POST", "/_local/clock", body='{"advanceSeconds": true}').status == 400
     assert clock.advance(0) == 0
+
+
+def test_the_local_clock_is_reset_to_the_real_time(fresh: Local) -> None:
+    # Given a clock moved ahead
+    fresh.call("POST", "/_local/clock", body={"advanceSeconds": 600})
+
+    # When
+    reply = fresh.call("POST", "/_local/clock", body={"reset": True})
+
+    # Then
+    assert reply.status == 200
+    assert reply.json()["offsetSeconds"] == 0
+    assert fresh.call("GET", "/_local/clock").json()["offsetSeconds"] == 0
+    assert abs(clock.epoch() - time.time()) < 1
+
+
+def test_the_local_clock_refuses_bad_resets_and_changes_nothing(fresh: Local) -> None:
+    # Given
+    fresh.call("POST", "/_local/clock", body={"advanceSeconds": 60})
+
+    # When / Then
+    for body in [
+        '{"reset": false}',
+        '{"reset": "yes"}',
+        '{"reset": 1}',
+        '{"reset": true, "advanceSeconds": 5}',
+        '{"advanceSeconds": 5, "extra": 1}',
+    ]:
+        reply = fresh.call("POST", "/_local/clock", body=body)
+        assert reply.status == 400, body
+        assert '{\\"reset\\": true}' in reply.body.decode(), reply.body
+    assert clock.advance(0) == 60
+
+
+def test_the_date_header_is_the_local_clock_and_a_function_cannot_send_another(fresh: Local) -> None:
+    # Given the clock a day ahead
+    fresh.call("POST", "/_local/clock", body={"advanceSeconds": 86_400})
+
+    # When a function answers with a Date of its own, and the gateway answers by itself
+    dated = fresh.call("POST", "/shapes/dated")
+    missing = fresh.call("GET", "/nope")
+
+    # Then both carry one Date, the local clock's
+    for reply in (dated, missing):
+        assert len(reply.all("date")) == 1
+        sent = email.utils.parsedate_to_datetime(reply.header("date") or "").timestamp()
+        assert abs(sent - clock.epoch()) < 2, reply.header("date")
+    assert dated.body == b"old"
 
 
 def test_every_request_is_logged_with_status_and_duration(fresh: Local) -> None:
