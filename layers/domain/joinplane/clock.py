@@ -33,7 +33,7 @@ def advance(seconds: float) -> float:
 @container.on_reset
 def reset() -> None:
     """Back to the real time (local runtime and tests only). What was stored while the clock ran
-    ahead keeps its instants: docs/operating.md says what that means for a machine's proofs."""
+    ahead keeps its instants: docs/decisions.md says what that means for a machine's proofs."""
     global _offset_seconds
     _offset_seconds = 0.0
 
