@@ -114,6 +114,29 @@ def test_the_clock_is_reset_and_joins_need_no_correction_again(cli: Cli, tmp_pat
     assert CORRECTED not in joined.err
 
 
+def test_after_a_reset_a_key_that_proved_while_ahead_waits_and_a_new_key_joins(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a machine that joined while the server's clock was ten minutes ahead, and then a reset
+    pool = cli.new_pool()
+    token = cli.new_token(pool, "--max-uses", "2")
+    _set_clock(cli, {"advanceSeconds": AHEAD})
+    cli.ok("join", "--token", token, "--dir", str(tmp_path / "early"))
+    _set_clock(cli, {"reset": True})
+
+    # When it renews, and a new machine joins
+    renewed = cli.run("renew", "--dir", str(tmp_path / "early"))
+    mark = _log_length(cli)
+    joined = cli.run("join", "--token", token, "--dir", str(tmp_path / "new"))
+
+    # Then the early key's accepted proof stays ahead of the real time (docs/decisions.md): its
+    # renewal is refused as not newer, and says so; a new key is not held back
+    assert renewed.code == Exit.UNAUTHENTICATED, renewed.err
+    assert "not newer than one already accepted" in renewed.err
+    assert joined.code == 0, joined.err
+    assert _answered(cli, "/machines/join", mark) == [200]
+
+
 def _due_now(directory: Path) -> None:
     """Make DIR's certificate due for renewal: the same key, issued two hours ago by a throwaway CA,
     ten minutes left. The server never reads the certificate a renewal replaces; the agent's schedule
