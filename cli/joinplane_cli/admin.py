@@ -383,6 +383,7 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("state", item.get("state")),
         ("join requests wait", _duration(item.get("joinRequestTtlSeconds"))),
         ("certificates last", _duration(item.get("certificateTtlSeconds"))),
+        ("new CAs sign after", _duration(item.get("caPropagationSeconds"))),
         ("created", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
         ("archived", item.get("archivedAt")),
         ("bootstrap", item.get("bootstrap") or None),
@@ -398,6 +399,7 @@ def pools_create(
     workspace: str | None,
     request_ttl: int | None,
     certificate_ttl: int | None,
+    ca_propagation: int | None = None,
 ) -> Exit:
     body: dict[str, Any] = {
         "poolId": pool,
@@ -409,6 +411,8 @@ def pools_create(
         body["joinRequestTtlSeconds"] = request_ttl
     if certificate_ttl is not None:
         body["certificateTtlSeconds"] = certificate_ttl
+    if ca_propagation is not None:
+        body["caPropagationSeconds"] = ca_propagation
     item, now = op.call("pools/create", body)
     return op.show(item, f"Created pool {pool} in site {site}.", _pool_pairs(item, now))
 
@@ -420,6 +424,7 @@ def pools_update(
     workspace: str | None,
     request_ttl: int | None,
     certificate_ttl: int | None,
+    ca_propagation: int | None = None,
 ) -> Exit:
     changes = {
         key: value
@@ -428,12 +433,15 @@ def pools_update(
             ("workspaceId", workspace),
             ("joinRequestTtlSeconds", request_ttl),
             ("certificateTtlSeconds", certificate_ttl),
+            ("caPropagationSeconds", ca_propagation),
         )
         if value is not None
     }
     if not changes:
         raise CliError(
-            "nothing to change: give --name, --workspace, --join-request-ttl or --certificate-ttl", Exit.USAGE
+            "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl or "
+            "--ca-propagation",
+            Exit.USAGE,
         )
     item, now = op.call("pools/update", {"poolId": pool, **changes})
     return op.show(item, f"Updated pool {pool}.", _pool_pairs(item, now))

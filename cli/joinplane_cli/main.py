@@ -243,11 +243,24 @@ def _pools(args: argparse.Namespace) -> Exit:
     if args.action == "create":
         site = _need(args.site, "--site", "a site id", configurable=False)
         return admin.pools_create(
-            op, pool, site, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op,
+            pool,
+            site,
+            args.name,
+            args.workspace,
+            args.join_request_ttl,
+            args.certificate_ttl,
+            args.ca_propagation,
         )
     if args.action == "update":
         return admin.pools_update(
-            op, pool, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op,
+            pool,
+            args.name,
+            args.workspace,
+            args.join_request_ttl,
+            args.certificate_ttl,
+            args.ca_propagation,
         )
     if args.action == "get":
         return admin.pools_get(op, pool)
@@ -498,6 +511,12 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
             type=options.whole_seconds,
             metavar="DURATION",
             help="machine certificate lifetime, 5m to the server's maximum (server default 1d)",
+        )
+        change.add_argument(
+            "--ca-propagation",
+            type=options.whole_seconds,
+            metavar="DURATION",
+            help="how long a rotated CA is in the bundle before it signs, 5m to 30d (server default 1d)",
         )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")

@@ -32,12 +32,14 @@ def test_an_operator_rotates_a_pools_ca_and_every_machine_keeps_verifying(cli: C
     cli.ok("join", "--token", token, "--dir", str(before))
     first = cli.ok("ca", "get", "--pool", pool, "-o", "json").json()["active"]
 
-    # When the operator rotates it
+    # When the operator shortens the pool's propagation period, then rotates the CA
+    updated = cli.ok("pools", "update", "--pool", pool, "--ca-propagation", "10m")
     rotated = cli.ok("ca", "rotate", "--pool", pool)
     prepared = cli.ok("ca", "get", "--pool", pool, "-o", "json").json()["next"]
     # Then they are told when the new CA will sign, and `ca get` shows the phases
+    assert "new CAs sign after  10 minutes" in updated.out
     assert f"Prepared CA {prepared['caId']} for pool {pool}" in rotated.out
-    assert f"signs from {prepared['activatesAt']} (in 1 day)" in rotated.out
+    assert f"signs from {prepared['activatesAt']} (in 10 minutes)" in rotated.out
     phases = cli.ok("ca", "get", "--pool", pool).out
     assert f"next ca        {prepared['caId']}, prepared: in the bundle, signs from" in phases
     assert "2 certificates to trust" in phases
