@@ -382,3 +382,38 @@ def test_many_containers_and_an_operator_at_the_end_of_the_period_activate_once(
         e for e in publish_table_stream() if e.detail_type == "security.certificate-authority.activated"
     ]
     assert [e.detail["caId"] for e in events] == [prepared]
+
+
+def test_rotations_released_with_activations_leave_one_active_and_at_most_one_published_next(
+    admin_key: str, phases: str
+) -> None:
+    # Given a prepared CA, its period not yet over
+    call(GET, POOL, admin_key)
+    prepared = call(ROTATE, POOL, admin_key).body["next"]["caId"]
+
+    # When four operators activate it and four rotate again, all at once
+    def acting(index: int) -> Any:
+        if index % 2 == 0:
+            return ca.activate("acme", "phases", by=f"key_{index}", ca_id=prepared)
+        return ca.rotate("acme", "s1", "phases", by=f"key_{index}", propagation_seconds=DAY)
+
+    results = release_together(acting, THREADS, catch=JoinplaneError)
+    # Then every activation answered the prepared CA active; a rotation either prepared the CA after
+    # it (at most one did) or was told one was prepared, or that it lost
+    for activated in results[0::2]:
+        assert isinstance(activated, authorities_db.Authorities) and activated.active.ca_id == prepared
+    rotations = [r for r in results[1::2] if isinstance(r, authorities_db.Authorities)]
+    assert len(rotations) <= 1
+    for lost in (r for r in results[1::2] if r not in rotations):
+        assert isinstance(lost, Aborted | Unavailable | InvalidState), lost
+    # And the table agrees: one active CA (the prepared one), its predecessor retired once, and any
+    # CA prepared after it named next by the pointer and published in the bundle
+    states = Counter(c.state for c in authorities_db.list_pool("acme", "phases"))
+    assert states == Counter({"active": 1, "retired": 1, "prepared": len(rotations)})
+    stored = authorities_db.read("acme", "phases")
+    assert stored is not None and stored.active.ca_id == prepared
+    if rotations:
+        assert stored.next is not None and stored.next.previous_ca_id == prepared
+        assert stored.next.ca_id in stored.pointer.bundle
+    else:
+        assert stored.next is None
