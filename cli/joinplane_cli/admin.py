@@ -389,6 +389,7 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("state", item.get("state")),
         ("join requests wait", _duration(item.get("joinRequestTtlSeconds"))),
         ("certificates last", _duration(item.get("certificateTtlSeconds"))),
+        ("new CAs sign after", _duration(item.get("caPropagationSeconds"))),
         ("created", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
         ("archived", item.get("archivedAt")),
         ("bootstrap", item.get("bootstrap") or None),
@@ -404,6 +405,7 @@ def pools_create(
     workspace: str | None,
     request_ttl: int | None,
     certificate_ttl: int | None,
+    ca_propagation: int | None = None,
 ) -> Exit:
     body: dict[str, Any] = {
         "poolId": pool,
@@ -415,6 +417,8 @@ def pools_create(
         body["joinRequestTtlSeconds"] = request_ttl
     if certificate_ttl is not None:
         body["certificateTtlSeconds"] = certificate_ttl
+    if ca_propagation is not None:
+        body["caPropagationSeconds"] = ca_propagation
     item, now = op.call("pools/create", body)
     return op.show(item, f"Created pool {pool} in site {site}.", _pool_pairs(item, now))
 
@@ -426,6 +430,7 @@ def pools_update(
     workspace: str | None,
     request_ttl: int | None,
     certificate_ttl: int | None,
+    ca_propagation: int | None = None,
 ) -> Exit:
     changes = {
         key: value
@@ -434,12 +439,15 @@ def pools_update(
             ("workspaceId", workspace),
             ("joinRequestTtlSeconds", request_ttl),
             ("certificateTtlSeconds", certificate_ttl),
+            ("caPropagationSeconds", ca_propagation),
         )
         if value is not None
     }
     if not changes:
         raise CliError(
-            "nothing to change: give --name, --workspace, --join-request-ttl or --certificate-ttl", Exit.USAGE
+            "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl or "
+            "--ca-propagation",
+            Exit.USAGE,
         )
     item, now = op.call("pools/update", {"poolId": pool, **changes})
     return op.show(item, f"Updated pool {pool}.", _pool_pairs(item, now))
@@ -671,9 +679,37 @@ def _ca_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("valid", f"{active.get('notBefore')} to {active.get('notAfter')}"),
         ("created", f"{active.get('createdAt')} ({render.since(active.get('createdAt'), now)})"),
         ("upstream root", "yes" if active.get("upstream") else "no (self-signed)"),
+        *_phase_pairs(item, now),
         ("bundle", f"{len(bundle)} certificate{'' if len(bundle) == 1 else 's'} to trust"),
+        *([("bundle url", item["bundleUrl"])] if isinstance(item.get("bundleUrl"), str) else []),
         *_pending_pair(item, now),
     ]
+
+
+def _phase_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
+    """A rotation's phases: the prepared CA and when it signs, the retired ones and when they leave."""
+    pairs: list[tuple[str, Any]] = []
+    prepared = item.get("next")
+    if isinstance(prepared, dict):
+        when = prepared.get("activatesAt")
+        pairs.append(
+            (
+                "next ca",
+                f"{prepared.get('caId')}, prepared: in the bundle, signs from {when} "
+                f"({render.until(when, now)}) or on `ca activate`",
+            )
+        )
+    for retired in _list(item.get("retired")):
+        if isinstance(retired, dict):
+            until = retired.get("bundleUntil")
+            pairs.append(
+                (
+                    "retired ca",
+                    f"{retired.get('caId')}: signs nothing, in the bundle until {until} "
+                    f"({render.until(until, now)})",
+                )
+            )
+    return pairs
 
 
 def _pending_pair(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
@@ -709,11 +745,36 @@ def ca_get(op: Operator, pool: str, bundle_out: str | None) -> Exit:
     return op.show(item, f"Certificate authority of pool {pool}:", _ca_pairs(item, now))
 
 
-def ca_rotate(op: Operator, pool: str, bundle_out: str | None) -> Exit:
-    item, now = _ca_answer(op, "certificateAuthorities/rotate", pool, bundle_out)
+def ca_rotate(op: Operator, pool: str, bundle_out: str | None, emergency: bool = False) -> Exit:
+    item, now = _ca_answer(
+        op, "certificateAuthorities/rotate", pool, bundle_out, {"emergency": True} if emergency else None
+    )
+    prepared = _object(item.get("next"))
+    if prepared:
+        when = prepared.get("activatesAt")
+        headline = (
+            f"Prepared CA {prepared.get('caId')} for pool {pool}: it is in the bundle now and signs from "
+            f"{when} ({render.until(when, now)}), or at once with `joinplane ca activate`. Until then "
+            "the current CA signs; verifiers must fetch the bundle again before then."
+        )
+    else:
+        headline = (
+            f"Rotated the CA of pool {pool} in an emergency: CA {_object(item.get('active')).get('caId')} "
+            "signs from now on."
+        )
+    if isinstance(item.get("breaks"), str) and not op.json:
+        print(f"warning: {item['breaks']}", file=op.err)
+    return op.show(item, headline, _ca_pairs(item, now))
+
+
+def ca_activate(op: Operator, pool: str, ca_id: str | None, bundle_out: str | None) -> Exit:
+    item, now = _ca_answer(
+        op, "certificateAuthorities/activate", pool, bundle_out, {"caId": ca_id} if ca_id else None
+    )
+    active = _object(item.get("active"))
     headline = (
-        f"Rotated the CA of pool {pool}: new certificates come from it; machines trust it from "
-        "their next renewal, and the previous CA stays in the bundle until its certificates expire."
+        f"CA {active.get('caId')} of pool {pool} signs from now on; the previous CA signs nothing more "
+        "and stays in the bundle until its certificates expire."
     )
     return op.show(item, headline, _ca_pairs(item, now))
 
@@ -773,8 +834,17 @@ def ca_import(op: Operator, pool: str, certificate: str, chain: str, bundle_out:
         bundle_out,
         {"certificate": leaf, "chain": issuers},
     )
-    headline = (
-        f"Imported the CA certificate of pool {pool}: it is the pool's active CA, signed by your "
-        "organisation's; new certificates chain to its root."
-    )
+    prepared = _object(item.get("next"))
+    if prepared:
+        when = prepared.get("activatesAt")
+        headline = (
+            f"Imported the CA certificate of pool {pool}: CA {prepared.get('caId')}, signed by your "
+            f"organisation's, is in the bundle now and signs from {when} ({render.until(when, now)}), "
+            "or at once with `joinplane ca activate`; new certificates then chain to its root."
+        )
+    else:
+        headline = (
+            f"Imported the CA certificate of pool {pool}: it is the pool's active CA, signed by your "
+            "organisation's; new certificates chain to its root."
+        )
     return op.show(item, headline, _ca_pairs(item, now))

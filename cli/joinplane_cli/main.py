@@ -243,11 +243,24 @@ def _pools(args: argparse.Namespace) -> Exit:
     if args.action == "create":
         site = _need(args.site, "--site", "a site id", configurable=False)
         return admin.pools_create(
-            op, pool, site, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op,
+            pool,
+            site,
+            args.name,
+            args.workspace,
+            args.join_request_ttl,
+            args.certificate_ttl,
+            args.ca_propagation,
         )
     if args.action == "update":
         return admin.pools_update(
-            op, pool, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op,
+            pool,
+            args.name,
+            args.workspace,
+            args.join_request_ttl,
+            args.certificate_ttl,
+            args.ca_propagation,
         )
     if args.action == "get":
         return admin.pools_get(op, pool)
@@ -280,7 +293,9 @@ def _ca(args: argparse.Namespace) -> Exit:
     if args.action == "get":
         return admin.ca_get(op, pool, args.bundle_out)
     if args.action == "rotate":
-        return admin.ca_rotate(op, pool, args.bundle_out)
+        return admin.ca_rotate(op, pool, args.bundle_out, args.emergency)
+    if args.action == "activate":
+        return admin.ca_activate(op, pool, args.ca_id, args.bundle_out)
     if args.action == "create-csr":
         return admin.ca_create_csr(op, pool, args.out)
     return admin.ca_import(op, pool, args.certificate, args.chain, args.bundle_out)
@@ -497,6 +512,12 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
             metavar="DURATION",
             help="machine certificate lifetime, 5m to the server's maximum (server default 1d)",
         )
+        change.add_argument(
+            "--ca-propagation",
+            type=options.whole_seconds,
+            metavar="DURATION",
+            help="how long a rotated CA is in the bundle before it signs, 5m to 30d (server default 1d)",
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")
     listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
@@ -534,18 +555,32 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     apikeys.set_defaults(handler=_apikeys)
 
     authorities = commands.add_parser(
-        "ca", help="a pool's certificate authority (get, rotate, create-csr, import)"
+        "ca", help="a pool's certificate authority (get, rotate, activate, create-csr, import)"
     )
     actions = authorities.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
-        ("get", "show the pool's active CA (made on first use) and its trust bundle"),
-        ("rotate", "make a new CA key; the previous CA stays trusted until its certificates expire"),
+        ("get", "show the pool's CAs (active, prepared, retired; made on first use) and its trust bundle"),
+        (
+            "rotate",
+            "prepare a new CA key: in the bundle now, signing after the pool's propagation period; "
+            "the previous CA stays trusted until its certificates expire",
+        ),
+        ("activate", "make the prepared CA sign now, before its propagation period has ended"),
     ):
         one = actions.add_parser(name, parents=[server, operator], help=text)
         _pool_id_argument(one)
         one.add_argument(
             "--bundle-out", metavar="FILE", help="write the bundle (PEM) to FILE, for openssl verify -CAfile"
         )
+        if name == "rotate":
+            one.add_argument(
+                "--emergency",
+                action="store_true",
+                help="the key is suspected: the new CA signs at once, and verifiers holding an older "
+                "bundle reject its certificates until they fetch it again",
+            )
+        if name == "activate":
+            one.add_argument("--ca-id", metavar="CA_ID", help="the prepared CA you expect (ca_...)")
     one = actions.add_parser(
         "create-csr",
         parents=[server, operator],
@@ -556,7 +591,7 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     one = actions.add_parser(
         "import",
         parents=[server, operator],
-        help="make the certificate your organisation's CA signed for the CSR the pool's active CA",
+        help="make the certificate your organisation's CA signed for the CSR the pool's next CA",
     )
     _pool_id_argument(one)
     one.add_argument("--certificate", required=True, metavar="FILE", help="the signed CA certificate (PEM)")

@@ -266,17 +266,32 @@ DOCS: dict[str, Doc] = {
     ),
     "certificateAuthorities.get": Doc(
         "Read a pool's certificate authorities",
-        "The active CA and the bundle machines should trust (active first, then retired CAs whose "
-        "certificates may still be valid). Makes the pool's first CA (a KMS key) if it has none yet, "
+        "The rotation's phases: the active CA, the prepared `next` one (with when it signs), the "
+        "retired ones (with when they leave the bundle), the bundle machines and verifiers should "
+        "trust (active first, then the prepared CA, then retired CAs whose certificates may still be "
+        "valid) and its public `bundleUrl`. Makes the pool's first CA (a KMS key) if it has none yet, "
         "as its first join would. Needs `compute:pools:read`.",
         {"tenantId": "dev", "poolId": "dev-pool"},
     ),
     "certificateAuthorities.rotate": Doc(
         "Rotate a pool's certificate authority",
-        "A new KMS key and CA sign every certificate from now on; the previous CA is retired and stays "
-        "in the bundle until every certificate it issued has expired, then its key is scheduled for "
-        "deletion. ABORTED when another rotation of the pool won meanwhile. Needs `compute:pools:write`.",
+        "Prepares a new KMS key and CA: it joins the bundle at once (join and renew answers, get, the "
+        "public bundle URL) and signs nothing until the pool's `caPropagationSeconds` (default a day) "
+        "have passed or `activate` is called; then the previous CA is retired and stays in the bundle "
+        "until every certificate it issued has expired, when its key is scheduled for deletion. "
+        "`emergency: true` (a key suspected) makes the new CA sign at once, and the answer's `breaks` "
+        "says what that breaks. INVALID_STATE (CA_ROTATION_PREPARED) while a CA is prepared; ABORTED "
+        "when another rotation of the pool won meanwhile. Needs `compute:pools:write`.",
         {"tenantId": "dev", "poolId": "dev-pool"},
+    ),
+    "certificateAuthorities.activate": Doc(
+        "Make the prepared CA sign now",
+        "The pool's prepared CA (from rotate or importCertificate) signs from now on, before its "
+        "propagation period has ended; the active CA is retired. `caId`, when given, must be the "
+        "prepared CA. Verifiers that have not fetched the bundle since the rotation reject the new "
+        "CA's certificates. FAILED_PRECONDITION (NO_PREPARED_CA) when none is prepared. Needs "
+        "`compute:pools:write`.",
+        {"tenantId": "dev", "poolId": "dev-pool", "caId": "ca_01m8nz6smg0chzvz0b58z6hma5"},
     ),
     "certificateAuthorities.createCsr": Doc(
         "Ask for a pool CA signed by your own root",
@@ -290,8 +305,9 @@ DOCS: dict[str, Doc] = {
         "Install the signed intermediate as the pool's CA",
         "The certificate your CA signed for the pending request, and its chain (issuer first, root "
         "last). It must be for the pending key, a CA allowed to sign certificates and CRLs, chain to a "
-        "self-signed root, and stay valid at least 30 days; otherwise 400 and nothing changes. The "
-        "active CA is retired as by a rotation. Needs `compute:pools:write`.",
+        "self-signed root, and stay valid at least 30 days; otherwise 400 and nothing changes. It is "
+        "prepared as by a rotation (in the bundle, signing after the pool's propagation period or "
+        "activate); a pool without a CA signs with it at once. Needs `compute:pools:write`.",
         {
             "tenantId": "dev",
             "poolId": "dev-pool",
@@ -384,6 +400,7 @@ ROUTE_THROTTLES = {
     "/machines/join": "JoinRateLimit/JoinBurstLimit",
     "/machines/renew": "JoinRateLimit/JoinBurstLimit",
     "/crl/{caId}": "JoinRateLimit/JoinBurstLimit",
+    "/bundle/{caId}": "JoinRateLimit/JoinBurstLimit",
     "/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
     "/api/cluster/accept-join": "ClusterJoinRateLimit/ClusterJoinBurstLimit",
 }
@@ -1053,6 +1070,31 @@ def _crl_operation() -> Schema:
     }
 
 
+def _bundle_operation() -> Schema:
+    """GET /bundle/{caId}: a pool's bundle, PEM, for verifiers (no credentials)."""
+    operation = _crl_operation()
+    get = operation["get"]
+    get["summary"] = "A pool's trust bundle"
+    get["description"] = (
+        "The PEM certificates a verifier of the pool's machines should trust: the active CA, the "
+        "prepared one (a rotation in progress), then every retired CA whose certificates may still be "
+        "valid, each followed by its chain. `caId` is any CA the pool has had "
+        "(certificateAuthorities/get's `bundleUrl` names its first): the URL stays the same across "
+        "rotations. Fetch it at least once per propagation period (the pool's caPropagationSeconds) "
+        "and every machine certificate verifies. No credentials: it holds public certificates only. "
+        "See docs/pki.md."
+    )
+    ok = get["responses"]["200"]
+    ok["description"] = "The bundle. `Cache-Control: public, max-age=300`."
+    ok["content"] = {
+        "application/pem-certificate-chain": {
+            "schema": {"type": "string", "contentMediaType": "application/pem-certificate-chain"}
+        }
+    }
+    get["responses"]["404"]["description"] = "NOT_FOUND: no CA by that id (or a certificate request's)"
+    return operation
+
+
 # --- Sylve's accept-join: /cluster/accept-join -------------------------------------------------
 
 
@@ -1286,6 +1328,8 @@ def document() -> dict[str, Any]:
             operation = _cluster_operation(route)
         elif route.operation == "certificateAuthorities.crl":
             operation = _crl_operation()
+        elif route.operation == "certificateAuthorities.bundle":
+            operation = _bundle_operation()
         else:
             raise ValueError(f"no dialect documents {route}")
         method = route.method.lower()

@@ -61,20 +61,23 @@ def test_get_makes_the_first_ca_and_shows_it_with_the_bundle(
     assert "CA:TRUE" in text and "Certificate Sign" in text and active["caId"] in text
 
 
-def test_rotation_over_the_api_keeps_machines_joined_before_it_verifying(
+def test_an_emergency_rotation_over_the_api_keeps_machines_joined_before_it_verifying(
     admin_key: str, token: str, tmp_path: Path
 ) -> None:
     # Given a machine admitted under the pool's first CA
     before = admit(token, tmp_path / "before")
     first = call(GET, POOL, admin_key).body["active"]
     assert before["caCertificates"] == first["certificate"]
-    # When the operator rotates the CA
-    rotated = call(ROTATE, POOL, admin_key)
-    # Then a new CA is active, and the bundle is the new CA then the retired one
+    # When the operator rotates the CA in an emergency
+    rotated = call(ROTATE, {**POOL, "emergency": True}, admin_key)
+    # Then a new CA is active at once, and the bundle is the new CA then the retired one
     assert rotated.status == 200, rotated.body
     active = rotated.body["active"]
     assert active["caId"] != first["caId"] and active["state"] == "active"
     assert rotated.body["bundle"] == [active["certificate"], first["certificate"]]
+    # And the answer says what that breaks; the rest is what get shows
+    breaks = rotated.body.pop("breaks")
+    assert "rejects every certificate issued from now on" in breaks and first["caId"] in breaks
     assert call(GET, POOL, admin_key).body == rotated.body
     # And a machine joining now gets a certificate of the new CA, with the whole bundle
     after = admit(token, tmp_path / "after")
@@ -149,13 +152,13 @@ def test_an_archived_pool_that_never_had_a_ca_gets_none(admin_key: str, pool: st
     assert authorities_db.get_pointer("acme", "gpu") is None
 
 
-def test_creation_and_rotation_are_audit_events_naming_the_acting_key(
+def test_creation_and_an_emergency_rotation_are_audit_events_naming_the_acting_key(
     admin_key: str, token: str, tmp_path: Path
 ) -> None:
     # Given a pool whose first CA a join made, then an operator's rotation
     admit(token, tmp_path / "m")
     first = call(GET, POOL, admin_key).body["active"]["caId"]
-    rotated = call(ROTATE, POOL, admin_key).body["active"]["caId"]
+    rotated = call(ROTATE, {**POOL, "emergency": True}, admin_key).body["active"]["caId"]
     # When the table's stream is published
     published = {
         e.detail_type: e.detail for e in publish_table_stream() if "certificate-authority" in e.detail_type

@@ -63,6 +63,10 @@ def issue(csrs: Csrs, pool: str, machine: str = "mach_01", kind: str = "p256") -
     )
 
 
+def rotate(pool: str, by: str = "jpk_admin", *, emergency: bool = False) -> authorities_db.Authorities:
+    return ca.rotate(TENANT, SITE, pool, by=by, propagation_seconds=3600, emergency=emergency)
+
+
 def stored(pool: str) -> authorities_db.Authorities:
     found = authorities_db.read(TENANT, pool)
     assert found is not None
@@ -245,14 +249,14 @@ def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:
 # --- rotation and the bundle -------------------------------------------------------------------
 
 
-def test_rotation_keeps_machines_issued_before_it_verifying_with_the_bundle(
+def test_an_emergency_rotation_keeps_machines_issued_before_it_verifying_with_the_bundle(
     csrs: Csrs, ossl: OpensslTool, pool: str
 ) -> None:
     # Given a machine certificate from the pool's first CA
     before = issue(csrs, pool, machine="mach_before")
     first = stored(pool).active
-    # When the CA is rotated
-    rotated = ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    # When the CA is rotated in an emergency (active at once)
+    rotated = rotate(pool, emergency=True)
     # Then a new key and CA are active, the first is retired and stays in the bundle (active first)
     assert rotated.active.ca_id != first.ca_id and rotated.active.key_id != first.key_id
     assert rotated.active.previous_ca_id == first.ca_id and rotated.active.created_by == "jpk_admin"
@@ -286,7 +290,7 @@ def test_a_retired_ca_leaves_the_bundle_once_its_certificates_expired_and_its_ke
     # Given a rotated pool
     issue(csrs, pool)
     first = stored(pool).active
-    ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    rotate(pool, emergency=True)
     # When the retention job runs before bundleUntil / Then nothing changes
     assert expiry.expire_retired_authorities() == 0
     assert stored(pool).pointer.bundle[1:] == (first.ca_id,)
@@ -307,19 +311,22 @@ def test_a_retired_ca_leaves_the_bundle_once_its_certificates_expired_and_its_ke
 
 def test_a_retired_ca_past_bundle_until_is_left_out_even_before_the_job_runs(csrs: Csrs, pool: str) -> None:
     issue(csrs, pool)
-    ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+    rotate(pool, emergency=True)
     clock.advance(ca.BUNDLE_GRACE_SECONDS + 1)
     assert issue(csrs, pool).ca_certificates_pem.count("BEGIN CERTIFICATE") == 1
 
 
-def test_rotating_an_archived_pool_is_refused_and_changes_nothing(csrs: Csrs, pool: str) -> None:
+@pytest.mark.parametrize("emergency", [False, True], ids=["prepared", "emergency"])
+def test_rotating_an_archived_pool_is_refused_and_changes_nothing(
+    csrs: Csrs, pool: str, emergency: bool
+) -> None:
     issue(csrs, pool)
     before = stored(pool)
     dynamo.update(
         *pool_key(TENANT, pool), update="SET #s = :a", names={"#s": "state"}, values={":a": "archived"}
     )
     with pytest.raises(InvalidState) as refused:
-        ca.rotate(TENANT, SITE, pool, by="jpk_admin")
+        rotate(pool, emergency=emergency)
     assert refused.value.reason == "POOL_ARCHIVED"
     assert stored(pool) == before
     assert [c.ca_id for c in authorities_db.list_pool(TENANT, pool)] == [before.active.ca_id]
@@ -370,17 +377,17 @@ def test_eight_first_joins_of_a_new_pool_converge_on_one_ca_and_the_losers_keys_
     assert states["Enabled"] == 1 and states["PendingDeletion"] == len(made) - 1
 
 
-def test_eight_concurrent_rotations_make_exactly_one_new_active_ca(csrs: Csrs, pool: str) -> None:
+def test_eight_concurrent_emergency_rotations_make_exactly_one_new_active_ca(csrs: Csrs, pool: str) -> None:
     # Given a pool with its first CA
     issue(csrs, pool)
     first = stored(pool).active
 
-    # When eight operators rotate it at once
-    def rotate(index: int) -> Any:
+    # When eight operators rotate it at once, in an emergency
+    def rotating(index: int) -> Any:
         container.reset(keep_clients=True)
-        return ca.rotate(TENANT, SITE, pool, by=f"jpk_{index}")
+        return rotate(pool, f"jpk_{index}", emergency=True)
 
-    results = release_together(rotate, THREADS, catch=JoinplaneError)
+    results = release_together(rotating, THREADS, catch=JoinplaneError)
     won = [r for r in results if isinstance(r, authorities_db.Authorities)]
     # Then at least one won, and every other was told the CA changed under it (or to retry); a
     # caller that read after a rotation committed rotates again, legitimately, from the new CA

@@ -1,7 +1,8 @@
 """Over the HTTP API: an upstream root (bring your own). The operator asks for a CSR
 (certificateAuthorities/createCsr), the organisation's CA (the openssl CLI here, as its operators
 would run it) signs it, and certificateAuthorities/importCertificate installs the result as the
-pool's issuing CA. Machines then verify up to the organisation's root with
+pool's next CA (prepared, like a rotation's), which certificateAuthorities/activate makes its
+issuing CA. Machines then verify up to the organisation's root with
 `openssl verify -CAfile root.pem -untrusted ca.crt machine.crt`; every refusal changes nothing."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ POOL = {**TENANT, "poolId": "gpu"}
 GET = "/api/compute/certificateAuthorities/get"
 CREATE_CSR = "/api/compute/certificateAuthorities/createCsr"
 IMPORT = "/api/compute/certificateAuthorities/importCertificate"
+ACTIVATE = "/api/compute/certificateAuthorities/activate"
 
 
 @pytest.fixture
@@ -81,12 +83,28 @@ def test_an_upstream_signed_ca_issues_machines_that_verify_up_to_the_organisatio
     intermediate = org.sign(root, requested.body["csr"], "pool-ca")
     imported = call(IMPORT, {**POOL, "certificate": intermediate.pem, "chain": [root.pem]}, admin_key)
 
-    # Then it is the pool's active CA, upstream, and the bundle holds it, its root, then the old CA
+    # Then it is the pool's next CA, upstream and prepared: published in the bundle with its root
+    # after the CA that still signs
     assert imported.status == 200, imported.body
+    prepared = imported.body["next"]
+    assert (prepared["caId"], prepared["upstream"], prepared["state"]) == (
+        requested.body["caId"],
+        True,
+        "prepared",
+    )
+    assert imported.body["active"] == first
+    assert imported.body["bundle"] == [first["certificate"], prepared["certificate"], root.pem]
+    assert "pending" not in imported.body
+
+    # When the operator activates it
+    activated = call(ACTIVATE, {**POOL, "caId": prepared["caId"]}, admin_key)
+    # Then it is the pool's active CA, and the bundle holds it, its root, then the retired CA
+    assert activated.status == 200, activated.body
+    imported = activated
     active = imported.body["active"]
     assert (active["caId"], active["upstream"], active["state"]) == (requested.body["caId"], True, "active")
     assert imported.body["bundle"] == [active["certificate"], root.pem, first["certificate"]]
-    assert "pending" not in imported.body
+    assert [retired["caId"] for retired in imported.body["retired"]] == [first["caId"]]
     assert call(GET, POOL, admin_key).body == imported.body
 
     # And a machine joining now verifies up to the organisation's root, with the CA as untrusted
@@ -267,24 +285,37 @@ def test_requests_and_imports_need_pools_write_and_are_audit_events(
     certificate = signed_request(admin_key, org, root)
     refused = call(IMPORT, {**POOL, "certificate": certificate, "chain": [root.pem]}, reader)
     assert (refused.status, refused.code) == (403, "PERMISSION_DENIED")
-    # The operator imports
+    # The operator imports, then activates (which a reader cannot)
     imported = call(IMPORT, {**POOL, "certificate": certificate, "chain": [root.pem]}, admin_key).body
-    # Then the request and the import are each one event naming the acting key
+    assert call(ACTIVATE, POOL, reader).code == "PERMISSION_DENIED"
+    assert call(ACTIVATE, POOL, admin_key).status == 200
+    # Then the request, the import and the activation are each one event naming the acting key
     published = [e for e in publish_table_stream() if "certificate-authority" in e.detail_type]
     by_type = {e.detail_type: e.detail for e in published}
     assert [e.detail_type for e in published].count("security.certificate-authority.requested") == 1
-    requested, rotated = (
+    requested, prepared, activated = (
         by_type["security.certificate-authority.requested"],
-        by_type["security.certificate-authority.rotated"],
+        by_type["security.certificate-authority.prepared"],
+        by_type["security.certificate-authority.activated"],
     )
-    assert requested["caId"] == rotated["caId"] == imported["active"]["caId"]
+    assert requested["caId"] == prepared["caId"] == activated["caId"] == imported["next"]["caId"]
     assert (requested["upstream"], requested["state"], requested["decidedBy"]) == (
         True,
         "pending",
         key_id_of(admin_key),
     )
-    assert (rotated["upstream"], rotated["decidedBy"]) == (True, key_id_of(admin_key))
-    assert rotated["previousCaId"] == by_type["security.certificate-authority.created"]["caId"]
+    assert (prepared["upstream"], prepared["state"], prepared["decidedBy"]) == (
+        True,
+        "prepared",
+        key_id_of(admin_key),
+    )
+    assert (activated["upstream"], activated["state"], activated["decidedBy"]) == (
+        True,
+        "active",
+        key_id_of(admin_key),
+    )
+    created = by_type["security.certificate-authority.created"]["caId"]
+    assert prepared["previousCaId"] == activated["previousCaId"] == created
 
 
 def test_an_archived_pool_takes_no_request_and_no_import(

@@ -32,15 +32,27 @@ def test_an_operator_rotates_a_pools_ca_and_every_machine_keeps_verifying(cli: C
     cli.ok("join", "--token", token, "--dir", str(before))
     first = cli.ok("ca", "get", "--pool", pool, "-o", "json").json()["active"]
 
-    # When the operator rotates it, and a second machine joins
+    # When the operator shortens the pool's propagation period, then rotates the CA
+    updated = cli.ok("pools", "update", "--pool", pool, "--ca-propagation", "10m")
     rotated = cli.ok("ca", "rotate", "--pool", pool)
+    prepared = cli.ok("ca", "get", "--pool", pool, "-o", "json").json()["next"]
+    # Then they are told when the new CA will sign, and `ca get` shows the phases
+    assert "new CAs sign after  10 minutes" in updated.out
+    assert f"Prepared CA {prepared['caId']} for pool {pool}" in rotated.out
+    assert f"signs from {prepared['activatesAt']} (in 10 minutes)" in rotated.out
+    phases = cli.ok("ca", "get", "--pool", pool).out
+    assert f"next ca        {prepared['caId']}, prepared: in the bundle, signs from" in phases
+    assert "2 certificates to trust" in phases
+
+    # When the operator activates it, and a second machine joins
+    activated = cli.ok("ca", "activate", "--pool", pool, "--ca-id", prepared["caId"])
     cli.ok("join", "--token", token, "--dir", str(after))
     shown = cli.ok("ca", "get", "--pool", pool, "--bundle-out", str(tmp_path / "bundle.pem"))
 
-    # Then the operator was told what happens next, and `ca get` shows a new CA and a bundle of two
-    assert f"Rotated the CA of pool {pool}" in rotated.out
+    # Then `ca get` shows the new CA active, the first retired, and a bundle of two
+    assert f"CA {prepared['caId']} of pool {pool} signs from now on" in activated.out
     assert "2 certificates to trust" in shown.out
-    assert first["caId"] not in shown.out
+    assert f"retired ca     {first['caId']}: signs nothing, in the bundle until" in shown.out
     assert (tmp_path / "bundle.pem").read_text().count("BEGIN CERTIFICATE") == 2
     # And both machines verify with the bundle
     for machine in (before, after):
@@ -75,6 +87,9 @@ def test_an_operator_has_the_pools_ca_signed_by_the_organisations_root(cli: Cli,
         "ca", "import", "--pool", pool, "--certificate", str(signed.certificate),
         "--chain", str(root.certificate), "--bundle-out", str(tmp_path / "bundle.pem"),
     )  # fmt: skip
+    # (prepared, as a rotation's CA is: the operator activates it at once)
+    assert f"CA {ca_id}, signed by your organisation's, is in the bundle now" in imported.out
+    cli.ok("ca", "activate", "--pool", pool)
     # And a machine joins afterwards
     machine = tmp_path / "machine"
     cli.ok("join", "--token", cli.new_token(pool), "--dir", str(machine))
@@ -83,6 +98,9 @@ def test_an_operator_has_the_pools_ca_signed_by_the_organisations_root(cli: Cli,
     assert "-----BEGIN CERTIFICATE REQUEST-----" in csr_file.read_text()
     assert f"joinplane ca import --pool {pool}" in asked.out
     assert f"Imported the CA certificate of pool {pool}" in imported.out
+    # (an emergency rotation warns what it breaks)
+    emergency = cli.ok("ca", "rotate", "--pool", pool, "--emergency")
+    assert "in an emergency" in emergency.out and "fetches the bundle again" in emergency.err
     # And the machine's certificate verifies up to the organisation's root through the pool's CA
     verified = subprocess.run(
         ["openssl", "verify", "-CAfile", str(root.certificate), "-untrusted", str(signed.certificate),

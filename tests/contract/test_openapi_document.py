@@ -39,12 +39,19 @@ def test_servers_tags_and_security_schemes_are_declared() -> None:
     assert set(DOCUMENT["components"]["securitySchemes"]) == {"apiKey", "joinToken", "clusterKey"}
 
 
-def test_the_only_other_operation_is_the_crl_a_der_answer_without_credentials() -> None:
-    assert [(path, method) for path, method, _ in OPERATIONS if method != "post"] == [("/crl/{caId}", "get")]
-    op = DOCUMENT["paths"]["/crl/{caId}"]["get"]
-    assert op["security"] == [] and "requestBody" not in op
-    assert set(op["responses"]["200"]["content"]) == {"application/pkix-crl"}
-    assert op["responses"]["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+def test_the_only_other_operations_are_the_crl_and_the_bundle_answers_without_credentials() -> None:
+    assert {(path, method) for path, method, _ in OPERATIONS if method != "post"} == {
+        ("/crl/{caId}", "get"),
+        ("/bundle/{caId}", "get"),
+    }
+    for path, media_type in (
+        ("/crl/{caId}", "application/pkix-crl"),
+        ("/bundle/{caId}", "application/pem-certificate-chain"),
+    ):
+        op = DOCUMENT["paths"][path]["get"]
+        assert op["security"] == [] and "requestBody" not in op
+        assert set(op["responses"]["200"]["content"]) == {media_type}
+        assert op["responses"]["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
 
 
 @pytest.mark.parametrize(("path", "method", "op"), RPCS, ids=[p for p, _, _ in RPCS])

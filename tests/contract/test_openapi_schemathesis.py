@@ -140,6 +140,12 @@ unexpected-methods = []
 include-operation-id = "certificateAuthorities.importCertificate"
 checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
 
+# activate: a schema-valid body is refused with 400 NO_PREPARED_CA unless the pool has a prepared CA
+# (by that caId, when one is named), as documented; tests/ca/test_rotation_phases.py activates one.
+[[operations]]
+include-operation-id = "certificateAuthorities.activate"
+checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
+
 [auth.openapi.apiKey]
 bearer = {json.dumps(key)}
 

@@ -1,5 +1,6 @@
 """The naive variant of a CA rotation loses the race the product's rotation survives
-(tests/ca/test_kms_authorities.py: eight concurrent rotations make exactly one active CA).
+(tests/ca/test_kms_authorities.py: eight concurrent rotations make exactly one active CA;
+tests/ca/test_rotation_phases.py: one prepared CA of concurrent rotations, one activation of many).
 
 Written as a read of the pool's pointer followed by unconditional writes (the new CA, the old one
 retired, the pointer repointed), the same release of callers leaves several "winners" and several
@@ -142,8 +143,7 @@ def import_conditionally(pool: str, pending: CertificateAuthority) -> bool:
             chain_pem=[],
             activated_at="2026-12-01T00:00:01Z",
             activated_by="harness",
-            retired_at="2026-12-01T00:00:01Z",
-            bundle_until=1,
+            activates_at=2,
             keep=[],
         )
     except (authorities_db.Contended, authorities_db.PendingChanged):
@@ -175,7 +175,169 @@ def test_released_with_rotations_the_transactional_import_leaves_one_active_ca(t
             functools.partial(import_among_rotations, pool, pending, import_conditionally), THREADS
         )
         states = Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))
-        # Every winner (the import and each rotation that won) retired exactly one predecessor.
+        # The import prepares its CA next to the active one (it retires nothing); each rotation that
+        # won retired exactly one predecessor. Once a CA is prepared, no rotation wins.
+        rotations = sum(results[1:])
         assert states["active"] == 1
-        assert states["retired"] == sum(results)
-        assert states["pending"] == (0 if results[0] else 1)
+        assert states["retired"] == rotations
+        assert (states["prepared"], states["pending"]) == ((1, 0) if results[0] else (0, 1))
+        pointer = authorities_db.get_pointer(TENANT, pool)
+        assert pointer is not None
+        assert pointer.next_ca_id == (pending.ca_id if results[0] else None)
+        assert (pending.ca_id in pointer.bundle) == results[0]
+
+
+# --- A rotation in phases: preparations racing, and activations racing preparations ------------------
+
+
+def prepare_read_then_write(pool: str, index: int) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    if read.next is not None:
+        return False  # a CA is prepared already: the product refuses this rotation
+    new = authority(pool, f"ca_{index}_{pool}", read.active.ca_id)._replace(state="prepared", activates_at=1)
+    dynamo.put(new.to_item())
+    dynamo.update(
+        *authorities_db.pointer_key(TENANT, pool),
+        update="SET nextCaId = :new, bundle = :bundle, version = :next",
+        values={
+            ":new": new.ca_id,
+            ":bundle": [read.active.ca_id, new.ca_id],
+            ":next": read.pointer.version + 1,
+        },
+    )
+    return True
+
+
+def prepare_conditionally(pool: str, index: int) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    if read.next is not None:
+        return False
+    new = authority(pool, f"ca_{index}_{pool}", read.active.ca_id)._replace(state="prepared", activates_at=1)
+    try:
+        authorities_db.prepare(read, new, keep=[])
+    except authorities_db.Contended:
+        return False
+    return True
+
+
+def orphans(pool: str) -> int:
+    """Prepared CAs the pool's pointer does not name next or publish: each would sign one day
+    without any verifier having been given it."""
+    pointer = authorities_db.get_pointer(TENANT, pool)
+    assert pointer is not None
+    return sum(
+        1
+        for ca in authorities_db.list_pool(TENANT, pool)
+        if ca.state == "prepared" and (ca.ca_id != pointer.next_ca_id or ca.ca_id not in pointer.bundle)
+    )
+
+
+def test_released_together_a_read_then_write_preparation_leaves_unpublished_prepared_cas(table: str) -> None:
+    pool = new_pool()
+    winners = sum(release_together(lambda i: prepare_read_then_write(pool, i), THREADS))
+    assert winners > 1
+    assert orphans(pool) > 0  # a caller was told its CA is in the bundle; it is not
+
+
+def test_released_together_the_transactional_preparation_prepares_one_published_ca(table: str) -> None:
+    pool = new_pool()
+    winners = sum(release_together(lambda i: prepare_conditionally(pool, i), THREADS))
+    assert winners == 1
+    assert Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))["prepared"] == 1
+    assert orphans(pool) == 0
+
+
+def pool_with_prepared() -> str:
+    pool = new_pool()
+    assert prepare_conditionally(pool, 0)
+    return pool
+
+
+def activate_read_then_write(pool: str) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    if read.next is None:
+        return False  # activated already, as far as this caller can tell
+    dynamo.update(
+        *authorities_db.ca_key(read.next.ca_id),
+        update="SET #s = :a",
+        names={"#s": "state"},
+        values={":a": "active"},
+    )
+    dynamo.update(
+        *authorities_db.ca_key(read.active.ca_id),
+        update="SET #s = :r",
+        names={"#s": "state"},
+        values={":r": "retired"},
+    )
+    dynamo.update(
+        *authorities_db.pointer_key(TENANT, pool),
+        update="SET activeCaId = :new, bundle = :bundle, version = :next REMOVE nextCaId",
+        values={
+            ":new": read.next.ca_id,
+            ":bundle": [read.next.ca_id, read.active.ca_id],
+            ":next": read.pointer.version + 1,
+        },
+    )
+    return True
+
+
+def activate_conditionally(pool: str) -> bool:
+    read = authorities_db.read(TENANT, pool)
+    assert read is not None
+    if read.next is None:
+        return False
+    try:
+        authorities_db.activate(
+            read,
+            activated_at="2026-12-01T00:00:02Z",
+            activated_by="harness",
+            retired_at="2026-12-01T00:00:02Z",
+            bundle_until=3,
+            keep=[],
+        )
+    except authorities_db.Contended:
+        return False
+    return True
+
+
+def activation_among_preparations(pool: str, activator: Any, index: int) -> bool:
+    # Even threads activate the prepared CA (the end of its propagation period seen by many
+    # containers, an operator's activate); odd ones prepare the next rotation as soon as they can.
+    if index % 2 == 0:
+        return bool(activator(pool))
+    for _ in range(5):
+        if prepare_conditionally(pool, index):
+            break
+    return False
+
+
+def test_released_with_preparations_a_read_then_write_activation_activates_more_than_once(
+    table: str,
+) -> None:
+    # Rounds, since a read-then-write only loses when another commits between its read and writes.
+    activations = []
+    for _ in range(2):
+        pool = pool_with_prepared()
+        results = release_together(
+            functools.partial(activation_among_preparations, pool, activate_read_then_write), THREADS
+        )
+        activations.append(sum(results))
+    # Several callers each "activated" the CA (each would report it, and retire the CA before it
+    # again); a late one's pointer write can also drop a CA prepared meanwhile from the bundle
+    # (seen in some rounds, not all: not asserted).
+    assert max(activations) > 1, activations
+
+
+def test_released_with_preparations_the_transactional_activation_activates_once(table: str) -> None:
+    for _ in range(2):
+        pool = pool_with_prepared()
+        results = release_together(
+            functools.partial(activation_among_preparations, pool, activate_conditionally), THREADS
+        )
+        assert sum(results) == 1
+        states = Counter(ca.state for ca in authorities_db.list_pool(TENANT, pool))
+        assert (states["active"], states["retired"]) == (1, 1)
+        assert states["prepared"] <= 1 and orphans(pool) == 0

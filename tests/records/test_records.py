@@ -127,6 +127,7 @@ POOL_ITEM: dict[str, Any] = {
     },
     "joinRequestTtlSeconds": 3600,
     "certificateTtlSeconds": 86_400,
+    "caPropagationSeconds": 86_400,
     "cluster": {"requiredNodeVersion": "0.9.1"},
     "createdAt": "2026-01-01T00:00:00Z",
     "updatedAt": "2026-01-01T00:00:00Z",

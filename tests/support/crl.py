@@ -1,5 +1,6 @@
 """A certificate's CRL as a verifier gets it: the URL its CRL distribution point names, fetched from
-the route that serves it (as API Gateway delivers `GET /crl/{caId}`: no authorizer), as PEM for openssl."""
+the route that serves it (as API Gateway delivers `GET /crl/{caId}`: no authorizer), as PEM for
+openssl; and a pool's bundle, fetched from its public URL (`GET /bundle/{caId}`) the same way."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.support import LambdaContext, http_event, route_handler
 from tests.support.csr import openssl
 
 CRL_ROUTE = "/crl/{caId}"
+BUNDLE_ROUTE = "/bundle/{caId}"
 
 
 def crl_url_of(certificate_pem: str) -> str:
@@ -27,11 +29,28 @@ def crl_url_of(certificate_pem: str) -> str:
 
 def get_crl(path: str) -> dict[str, Any]:
     """GET `path` as API Gateway delivers `GET /crl/{caId}`: no authorizer, the route's parameters."""
+    return get_public(CRL_ROUTE, path)
+
+
+def get_bundle(url_or_path: str) -> dict[str, Any]:
+    """GET a pool's public bundle (`bundleUrl`, or its path) as API Gateway delivers `GET /bundle/{caId}`."""
+    return get_public(BUNDLE_ROUTE, urlsplit(url_or_path).path)
+
+
+def fetched_bundle(url: str) -> str:
+    """The PEM bundle a verifier fetches from `url` (certificateAuthorities/get's bundleUrl)."""
+    answer = get_bundle(url)
+    assert answer["statusCode"] == 200, answer
+    return base64.b64decode(answer["body"]).decode() if answer["isBase64Encoded"] else str(answer["body"])
+
+
+def get_public(route: str, path: str) -> dict[str, Any]:
+    """GET `path` of a `GET <route>` with one `{caId}` parameter and no authorizer."""
     event = http_event(path, b"")
-    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {CRL_ROUTE}"
+    event["routeKey"] = event["requestContext"]["routeKey"] = f"GET {route}"
     event["requestContext"]["http"]["method"] = "GET"
     event["pathParameters"] = {"caId": path.rsplit("/", 1)[1]}
-    return route_handler(CRL_ROUTE, "GET")(event, LambdaContext())
+    return route_handler(route, "GET")(event, LambdaContext())
 
 
 def fetched_crl(certificate_pem: str, directory: Path) -> Path:

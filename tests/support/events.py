@@ -246,6 +246,27 @@ PENDING_AUTHORITY = {
     "gsi1sk": "2026-12-01T08:00:00Z#ca_01m8nz3r6t9w2y5b8d1f4h7k0m",
 }
 del PENDING_AUTHORITY["activatedAt"]
+PREPARED_AUTHORITY = {
+    **ROTATED_AUTHORITY,
+    "pk": "CA#ca_01m8nz9y2a5d8g1j4m7q0s3v6x",
+    "caId": "ca_01m8nz9y2a5d8g1j4m7q0s3v6x",
+    "state": "prepared",
+    "createdAt": "2026-12-01T10:00:00Z",
+    "activatesAt": 1796205600,
+}
+del PREPARED_AUTHORITY["activatedAt"]
+ACTIVATED_AUTHORITY = {
+    **PREPARED_AUTHORITY,
+    "state": "active",
+    "activatedAt": "2026-12-02T10:00:07Z",
+    "activatedBy": "schedule",
+}
+# Another pool's CA, activated by an operator's call before its propagation period ended.
+ACTIVATED_BY_HAND = {
+    "pk": "CA#ca_01m8nzc5e8h1k4n7r0t3w6y9b2",
+    "caId": "ca_01m8nzc5e8h1k4n7r0t3w6y9b2",
+    "poolId": "cpu",
+}
 IMPORTED_AUTHORITY = {
     **PENDING_AUTHORITY,
     "certificatePem": "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n",
@@ -343,6 +364,24 @@ def admin_transitions() -> list[tuple[str, dict | None, dict]]:
         ("security.certificate-authority.rotated", None, ROTATED_AUTHORITY),
         ("security.certificate-authority.requested", None, PENDING_AUTHORITY),
         ("security.certificate-authority.rotated", PENDING_AUTHORITY, IMPORTED_AUTHORITY),
+        ("security.certificate-authority.prepared", None, PREPARED_AUTHORITY),
+        (
+            "security.certificate-authority.prepared",
+            PENDING_AUTHORITY,
+            {
+                **{k: v for k, v in IMPORTED_AUTHORITY.items() if k not in ("activatedAt", "activatedBy")},
+                "state": "prepared",
+                "activatesAt": 1796205600,
+                "importedAt": "2026-12-01T09:30:00Z",
+                "importedBy": ACTOR,
+            },
+        ),
+        ("security.certificate-authority.activated", PREPARED_AUTHORITY, ACTIVATED_AUTHORITY),
+        (
+            "security.certificate-authority.activated",
+            {**PREPARED_AUTHORITY, **ACTIVATED_BY_HAND},
+            {**ACTIVATED_AUTHORITY, **ACTIVATED_BY_HAND, "activatedBy": ACTOR},
+        ),
         (
             "security.certificate-authority.created",
             PENDING_AUTHORITY,

@@ -24,6 +24,7 @@ never issue certificates do not pay for loading it at cold start.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import secrets
@@ -41,7 +42,9 @@ from joinplane import aws, clock, container, deadline, der, ids, spiffe
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal.authorities import Authorities, CertificateAuthority
 from joinplane.errors import (
+    CA_ROTATION_PREPARED,
     NO_PENDING_CA,
+    NO_PREPARED_CA,
     POOL_ARCHIVED,
     POOL_CA_EXPIRED,
     Aborted,
@@ -70,6 +73,8 @@ BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + 
 # Real KMS signs RAW messages of at most 4096 bytes.
 MAX_TBS_BYTES = 4096
 FIRST_CA_CREATOR = "join"
+# Who activates a prepared CA whose propagation period has ended (its first use after it).
+SCHEDULE = "schedule"
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -417,13 +422,48 @@ def pool_authorities(
     CA is made here when it has none (by `created_by`)."""
     _check_ids(tenant_id, pool_id)
     cached = _cache.get((tenant_id, pool_id))
-    if cached is not None and clock.epoch() - cached.loaded_at < CA_CACHE_SECONDS:
+    now = clock.epoch()
+    if cached is not None and now - cached.loaded_at < CA_CACHE_SECONDS and not _due(cached.authorities, now):
         return cached
     stored = authorities_db.read(tenant_id, pool_id)
     if stored is None:
         stored = _create_first(tenant_id, site_id, pool_id, created_by)
-    loaded = _cache[(tenant_id, pool_id)] = _loaded(stored)
+    loaded = _cache[(tenant_id, pool_id)] = _loaded(activated_when_due(stored))
     return loaded
+
+
+def _due(stored: Authorities, now: float) -> bool:
+    following = stored.next
+    return following is not None and following.activates_at is not None and following.activates_at <= now
+
+
+def activated_when_due(stored: Authorities) -> Authorities:
+    """The pool's CAs, with its next CA activated first when its propagation period has ended: the
+    first use after that moment activates it (`activatedBy: schedule`), whichever container it
+    is in. Of many containers seeing it at once one transaction commits; the others read its result."""
+    busy = Unavailable("the pool's CA kept changing; retry")
+    for _ in deadline.attempts(4, exhausted=busy, backoff=(0.02, 0.2)):
+        now = clock.epoch()
+        if not _due(stored, now):
+            return stored
+        with contextlib.suppress(authorities_db.Contended):  # another container's activation won
+            _activate(stored, by=SCHEDULE, now=now)
+        fresh = authorities_db.read(stored.pointer.tenant_id, stored.pointer.pool_id)
+        assert fresh is not None  # a pointer is never deleted
+        stored = fresh
+    raise AssertionError("unreachable: attempts() raises when exhausted")
+
+
+def _activate(stored: Authorities, *, by: str, now: float) -> None:
+    """The transaction of joinplane.dal.authorities.activate, with the retired CA's bundleUntil."""
+    authorities_db.activate(
+        stored,
+        activated_at=clock.rfc3339(now),
+        activated_by=by,
+        retired_at=clock.rfc3339(now),
+        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+        keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"],
+    )
 
 
 def _loaded(stored: Authorities) -> PoolCa:
@@ -450,13 +490,20 @@ def bundle_pem(stored: Authorities, now_epoch: int) -> str:
 
 
 def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]:
-    return [stored.active] + [
-        ca
-        for ca in stored.bundle
-        if ca.ca_id != stored.active.ca_id
-        and ca.state == "retired"
-        and ca.bundle_until is not None
-        and ca.bundle_until > now_epoch
+    """The active CA, the next (prepared) one, then every retired CA whose certificates may still be
+    valid: everything a verifier must trust."""
+    following = [stored.next] if stored.next is not None and stored.next.state == "prepared" else []
+    return [
+        stored.active,
+        *following,
+        *(
+            ca
+            for ca in stored.bundle
+            if ca.ca_id != stored.active.ca_id
+            and ca.state == "retired"
+            and ca.bundle_until is not None
+            and ca.bundle_until > now_epoch
+        ),
     ]
 
 
@@ -488,32 +535,53 @@ def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -
     )
 
 
-def rotate(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> Authorities:
-    """A new key and CA become the pool's active CA; the one it replaces is retired and stays in the
-    bundle until its certificates have expired. ABORTED when another rotation won meanwhile (its
-    new CA is the one the caller wanted); INVALID_STATE when the pool was archived."""
+def rotate(
+    tenant_id: str, site_id: str, pool_id: str, *, by: str, propagation_seconds: int, emergency: bool = False
+) -> Authorities:
+    """A new key and CA for the pool. Normally it is **prepared**: it joins the bundle at once and
+    signs nothing until `propagation_seconds` have passed (or `activate`), so every verifier that
+    refreshes its bundle within that period trusts it before any certificate of it exists. An
+    `emergency` rotation makes it active at once (verifiers holding an older bundle reject what it
+    signs until they fetch the bundle again). Either way the CA it replaces is retired when the new
+    one activates and stays in the bundle until its certificates have expired. INVALID_STATE when a
+    CA is already prepared (CA_ROTATION_PREPARED) or the pool was archived; ABORTED when another
+    rotation won meanwhile."""
     _check_ids(tenant_id, pool_id)
     stored = authorities_db.read(tenant_id, pool_id)
     if stored is None:
         # A pool that never had a CA: its first CA is the new one (whoever made it).
         _cache.pop((tenant_id, pool_id), None)
         return _create_first(tenant_id, site_id, pool_id, by)
+    stored = activated_when_due(stored)
+    _refuse_if_prepared(stored, pool_id)
     replaced = stored.active.ca_id
-    candidate = _new_ca(tenant_id, site_id, pool_id, created_by=by, previous_ca_id=replaced)
+    now = clock.epoch()
+    candidate = _new_ca(
+        tenant_id,
+        site_id,
+        pool_id,
+        created_by=by,
+        previous_ca_id=replaced,
+        activates_at=None if emergency else int(now) + propagation_seconds,
+    )
     busy = Unavailable("the pool's CA kept changing; retry")
     try:
         for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
-            if stored.active.ca_id != replaced:
+            if stored.active.ca_id != replaced or stored.next is not None:
                 raise Aborted(f"the CA of pool {pool_id} was rotated meanwhile; read it again")
             now = clock.epoch()
+            retired = [ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
             try:
-                authorities_db.rotate(
-                    stored,
-                    candidate,
-                    retired_at=clock.rfc3339(now),
-                    bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
-                    keep=[ca.ca_id for ca in bundle_of(stored, int(now))[1:]],
-                )
+                if emergency:
+                    authorities_db.rotate(
+                        stored,
+                        candidate,
+                        retired_at=clock.rfc3339(now),
+                        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+                        keep=retired,
+                    )
+                else:
+                    authorities_db.prepare(stored, candidate, keep=retired)
             except authorities_db.Contended:
                 fresh = authorities_db.read(tenant_id, pool_id)
                 assert fresh is not None  # a pointer is never deleted
@@ -534,10 +602,55 @@ def rotate(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> Authoritie
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
+def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None) -> Authorities:
+    """The pool's prepared CA signs from now on (`by` is recorded as its activator); the active CA is
+    retired. `ca_id`, when given, must be the prepared CA: an operator activates what they saw.
+    FAILED_PRECONDITION (NO_PREPARED_CA) when no CA is prepared, or `ca_id` is not it; a
+    concurrent activation (another call, or the end of the propagation period) is not an error:
+    the answer is the pool's CAs after it."""
+    _check_ids(tenant_id, pool_id)
+    stored = authorities_db.read(tenant_id, pool_id)
+    wanted = ca_id or (stored.next.ca_id if stored is not None and stored.next is not None else None)
+    busy = Unavailable("the pool's CA kept changing; retry")
+    for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
+        if stored is not None and wanted is not None and stored.active.ca_id == wanted:
+            return stored  # activated meanwhile, by another call or by its schedule
+        if stored is None or stored.next is None or stored.next.ca_id != wanted:
+            raise FailedPrecondition(
+                f"pool {pool_id} has no prepared CA"
+                + (f" {ca_id}" if ca_id else "")
+                + ": prepare one with certificateAuthorities/rotate",
+                reason=NO_PREPARED_CA,
+            )
+        with contextlib.suppress(authorities_db.Contended):  # read who won, below
+            _activate(stored, by=by, now=clock.epoch())
+        _cache.pop((tenant_id, pool_id), None)
+        stored = authorities_db.read(tenant_id, pool_id)
+    raise AssertionError("unreachable: attempts() raises when exhausted")
+
+
+def _refuse_if_prepared(stored: Authorities, pool_id: str) -> None:
+    following = stored.next
+    if following is not None:
+        raise InvalidState(
+            f"CA {following.ca_id} of pool {pool_id} is prepared and signs from "
+            f"{clock.rfc3339(following.activates_at or 0)}: activate it now with "
+            "certificateAuthorities/activate, or rotate again once it is active",
+            reason=CA_ROTATION_PREPARED,
+        )
+
+
 def _new_ca(
-    tenant_id: str, site_id: str, pool_id: str, *, created_by: str, previous_ca_id: str | None
+    tenant_id: str,
+    site_id: str,
+    pool_id: str,
+    *,
+    created_by: str,
+    previous_ca_id: str | None,
+    activates_at: int | None = None,
 ) -> CertificateAuthority:
-    """A new KMS key and its self-signed CA certificate (not yet stored)."""
+    """A new KMS key and its self-signed CA certificate (not yet stored): active, or prepared until
+    `activates_at` when given."""
     ca_id = ids.new_id("ca")
     key_id = _create_key(ca_id, tenant_id, pool_id)
     public_key = kms_public_key(key_id)
@@ -568,11 +681,12 @@ def _new_ca(
         pool_id=pool_id,
         key_id=key_id,
         certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
-        state="active",
+        state="active" if activates_at is None else "prepared",
         created_at=created_at,
         created_by=created_by,
-        activated_at=created_at,
+        activated_at=created_at if activates_at is None else None,
         previous_ca_id=previous_ca_id,
+        activates_at=activates_at,
     )
 
 
@@ -651,14 +765,23 @@ def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> 
 
 
 def import_upstream(
-    tenant_id: str, pool_id: str, certificate_pem: str, chain_pems: list[str], *, by: str
+    tenant_id: str,
+    pool_id: str,
+    certificate_pem: str,
+    chain_pems: list[str],
+    *,
+    by: str,
+    propagation_seconds: int,
 ) -> Authorities:
     """The signed certificate of the pool's pending request becomes the pool's issuing CA, with its
     chain (issuer first, root last), once joinplane.upstream has checked it: for the pending key, a
-    CA that may sign, linking to a self-signed root, valid long enough. The CA it replaces is retired
-    as by a rotation. FAILED_PRECONDITION (NO_PENDING_CA) without a pending request; ABORTED when the
-    request was replaced or imported meanwhile; the checks' own refusals otherwise. Nothing is
-    written unless everything passed. `by` is recorded as the CA's activator (activatedBy)."""
+    CA that may sign, linking to a self-signed root, valid long enough. Like a rotation's, it is
+    prepared: in the bundle at once, signing from `propagation_seconds` on (or `activate`), when
+    the CA it replaces is retired; a pool without a CA signs with it at once. INVALID_STATE
+    (CA_ROTATION_PREPARED) while another CA is prepared. FAILED_PRECONDITION (NO_PENDING_CA)
+    without a pending request; ABORTED when the request was replaced or imported meanwhile; the
+    checks' own refusals otherwise. Nothing is written unless everything passed. `by` is recorded
+    as the CA's importer (importedBy; activatedBy for a pool's first CA)."""
     from joinplane import upstream
 
     _check_ids(tenant_id, pool_id)
@@ -681,6 +804,9 @@ def import_upstream(
     certificate = checked.certificate.public_bytes(serialization.Encoding.PEM).decode()
     chain = [c.public_bytes(serialization.Encoding.PEM).decode() for c in checked.chain]
     stored = authorities_db.read(tenant_id, pool_id)
+    if stored is not None:
+        stored = activated_when_due(stored)
+        _refuse_if_prepared(stored, pool_id)
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
         now = clock.epoch()
@@ -692,13 +818,16 @@ def import_upstream(
                 chain_pem=chain,
                 activated_at=clock.rfc3339(now),
                 activated_by=by,
-                retired_at=clock.rfc3339(now),
-                bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
-                keep=[ca.ca_id for ca in bundle_of(stored, int(now))[1:]] if stored is not None else [],
+                activates_at=int(now) + propagation_seconds,
+                keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
+                if stored is not None
+                else [],
             )
         except authorities_db.Contended:
-            # A rotation, an expiry or a pool's first CA came between: retire what is active now.
+            # A rotation, an expiry or a pool's first CA came between: prepare next to what is active now.
             stored = authorities_db.read(tenant_id, pool_id)
+            if stored is not None:
+                _refuse_if_prepared(stored, pool_id)
             continue
         except authorities_db.PendingChanged:
             raise Aborted(
@@ -718,15 +847,20 @@ def import_upstream(
 def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
     """What `certificateAuthorities/get` shows of a CA (views.CertificateAuthority's keys)."""
     certificate = x509.load_pem_x509_certificate(ca.certificate_pem.encode())
-    return {
+    shown: views.CertificateAuthority = {
         "caId": ca.ca_id,
         "certificate": ca.certificate_pem,
         "notBefore": clock.rfc3339(certificate.not_valid_before_utc),
         "notAfter": clock.rfc3339(certificate.not_valid_after_utc),
-        "state": "active" if ca.state == "active" else "retired",
+        "state": "active" if ca.state == "active" else "prepared" if ca.state == "prepared" else "retired",
         "createdAt": ca.created_at,
         "upstream": bool(ca.chain_pem),
     }
+    if ca.state == "prepared" and ca.activates_at is not None:
+        shown["activatesAt"] = clock.rfc3339(ca.activates_at)
+    if ca.state == "retired" and ca.bundle_until is not None:
+        shown["bundleUntil"] = clock.rfc3339(ca.bundle_until)
+    return shown
 
 
 # --- KMS: the calls this module makes --------------------------------------------------------------

@@ -266,6 +266,7 @@ _POOL_SETTINGS = {
     "bootstrap": "bootstrap",
     "join_request_ttl_seconds": "joinRequestTtlSeconds",
     "certificate_ttl_seconds": "certificateTtlSeconds",
+    "ca_propagation_seconds": "caPropagationSeconds",
     "cluster": "cluster",
 }
 
@@ -335,10 +336,16 @@ def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
     )
 
 
+# The events of a rotation in phases carry when the CA signs (prepared) or was due to (activated).
+_PHASED = frozenset({"security.certificate-authority.prepared", "security.certificate-authority.activated"})
+
+
 def _certificate_authority_event(old: CertificateAuthority | None, new: CertificateAuthority) -> Event | None:
-    # A CA put as `active` is the pool's first (created) or a rotation's (rotated); so is an upstream
-    # CA's import (pending -> active), with `upstream: true`. The retirement of the one it replaced
-    # is the same transaction, not another event. A `pending` CA put is a certificate request
+    # A CA put as `active` is the pool's first (created) or an emergency rotation's (rotated); so is
+    # an upstream CA's import into a pool without a CA (pending -> active), with `upstream: true`.
+    # A rotation in phases is `prepared` (put as prepared, or an import's pending -> prepared), then
+    # `activated` (prepared -> active). The retirement of the CA replaced is the same transaction
+    # as the activation, not another event. A `pending` CA put is a certificate request
     # (requested); abandoning it for a newer one is part of that newer request's transaction. Once
     # the bundle lets a retired CA go (`expired`), that is the CA's last event.
     decided_by = new.created_by
@@ -352,6 +359,18 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
         decided_by = new.created_by if old is None else new.activated_by or ""
     elif old is None and new.state == "pending":
         detail_type, occurred_at = "security.certificate-authority.requested", new.created_at
+    elif new.state == "prepared" and (old is None or old.state == "pending"):
+        # A rotation's next CA (put as prepared), or an import's (pending -> prepared): in the
+        # bundle, signing nothing until activatesAt or an explicit activation.
+        detail_type = "security.certificate-authority.prepared"
+        occurred_at = new.created_at if old is None else new.imported_at or ""
+        decided_by = new.created_by if old is None else new.imported_by or ""
+    elif old is not None and old.state == "prepared" and new.state == "active":
+        detail_type, occurred_at, decided_by = (
+            "security.certificate-authority.activated",
+            new.activated_at or "",
+            new.activated_by or "",
+        )
     elif old is not None and old.state == "retired" and new.state == "expired":
         detail_type, occurred_at, decided_by = (
             "security.certificate-authority.expired",
@@ -373,6 +392,11 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
             "upstream": bool(new.chain_pem) or new.state == "pending",
             "state": new.state,
             "bundleUntil": clock.rfc3339(new.bundle_until) if new.bundle_until is not None else None,
+            **(
+                {"activatesAt": clock.rfc3339(new.activates_at) if new.activates_at is not None else None}
+                if detail_type in _PHASED
+                else {}
+            ),
             # The acting API key; `join` for a first CA a join made, `retention` for an expiry.
             "decidedBy": decided_by,
         },

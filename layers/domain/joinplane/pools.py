@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from joinplane import clock, errors
 from joinplane.dal import pools as pools_db
-from joinplane.dal.pools import Bootstrap, Pool, PoolChanges
+from joinplane.dal.pools import DEFAULT_CA_PROPAGATION, Bootstrap, Pool, PoolChanges
 from joinplane.dal.pools import ClusterSettings as StoredClusterSettings
 from joinplane.dal.pools import TelemetrySink as StoredSink
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
@@ -28,6 +28,11 @@ READ, WRITE = "compute:pools:read", "compute:pools:write"
 DEFAULT_JOIN_REQUEST_TTL = 86_400
 DEFAULT_CERTIFICATE_TTL = 86_400
 MAX_CERTIFICATE_TTL = 30 * 86_400
+# How long a rotated CA is published in the bundle before it signs (joinplane.ca.rotate). At least
+# the public bundle's cache lifetime (5 minutes), so a verifier refreshing through an HTTP cache
+# still sees the new CA before its first certificate; at most the longest certificate's life.
+MIN_CA_PROPAGATION = 300
+MAX_CA_PROPAGATION = 30 * 86_400
 
 _Text = Field(default=None, max_length=1024, pattern=TEXT)
 
@@ -101,6 +106,9 @@ class CreatePool(PoolRef):
     bootstrap: BootstrapDefaults = Field(default_factory=BootstrapDefaults)
     joinRequestTtlSeconds: int = Field(default=DEFAULT_JOIN_REQUEST_TTL, ge=60, le=30 * 86_400)
     certificateTtlSeconds: int = Field(default=DEFAULT_CERTIFICATE_TTL, ge=300, le=MAX_CERTIFICATE_TTL)
+    caPropagationSeconds: int = Field(
+        default=DEFAULT_CA_PROPAGATION, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION
+    )
     cluster: ClusterSettings | None = None
 
 
@@ -112,6 +120,7 @@ class UpdatePool(PoolRef):
     bootstrap: BootstrapDefaults | None = None
     joinRequestTtlSeconds: int | None = Field(default=None, ge=60, le=30 * 86_400)
     certificateTtlSeconds: int | None = Field(default=None, ge=300, le=MAX_CERTIFICATE_TTL)
+    caPropagationSeconds: int | None = Field(default=None, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION)
     cluster: ClusterSettings | None = None
 
 
@@ -154,6 +163,7 @@ def view(pool: Pool) -> views.Pool:
         "bootstrap": _stored_view(pool.bootstrap),
         "joinRequestTtlSeconds": pool.join_request_ttl_seconds,
         "certificateTtlSeconds": pool.certificate_ttl_seconds,
+        "caPropagationSeconds": pool.ca_propagation_seconds,
         "cluster": _stored_view(pool.cluster) if pool.cluster else None,
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
@@ -265,6 +275,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         join_request_ttl_seconds=request.joinRequestTtlSeconds,
         certificate_ttl_seconds=request.certificateTtlSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
+        ca_propagation_seconds=request.caPropagationSeconds,
         created_at=now,
         updated_at=now,
         created_by=principal.key_id,
@@ -297,6 +308,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         bootstrap=_stored_bootstrap(request.bootstrap) if request.bootstrap else None,
         join_request_ttl_seconds=request.joinRequestTtlSeconds,
         certificate_ttl_seconds=request.certificateTtlSeconds,
+        ca_propagation_seconds=request.caPropagationSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         remove_cluster="cluster" in given and request.cluster is None,
     )

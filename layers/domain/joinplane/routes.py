@@ -165,7 +165,13 @@ ROUTES: tuple[Route, ...] = (
     _operator(
         "CertificateAuthoritiesFunction",
         "/api/compute/certificateAuthorities/rotate",
-        "joinplane.authorities:CertificateAuthorityRef",
+        "joinplane.authorities:Rotate",
+        "CertificateAuthorities",
+    ),
+    _operator(
+        "CertificateAuthoritiesFunction",
+        "/api/compute/certificateAuthorities/activate",
+        "joinplane.authorities:Activate",
         "CertificateAuthorities",
     ),
     _operator(
@@ -183,6 +189,8 @@ ROUTES: tuple[Route, ...] = (
     # A CA's certificate revocation list (DER), named by its certificates' CRL distribution point:
     # verifiers fetch it without credentials. Its answer is hand-written in the OpenAPI generator.
     Route("GET", "/crl/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.crl", "none"),
+    # A pool's bundle (PEM), named by any CA the pool has had: verifiers fetch it without credentials.
+    Route("GET", "/bundle/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.bundle", "none"),
     # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator,
     # exactly as the contract has them, since a pydantic schema would not say proto3 JSON (either
     # field name, int64 as a string); a contract test holds them to the answers' TypedDicts

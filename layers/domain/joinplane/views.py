@@ -134,6 +134,7 @@ class Pool(TypedDict):
     bootstrap: StoredBootstrap
     joinRequestTtlSeconds: int
     certificateTtlSeconds: int
+    caPropagationSeconds: int
     cluster: StoredClusterSettings | None
     createdAt: Timestamp
     updatedAt: Timestamp
@@ -411,10 +412,22 @@ class CertificateAuthority(TypedDict):
     certificate: Annotated[str, Field(description="The CA certificate, PEM.")]
     notBefore: Timestamp
     notAfter: Timestamp
-    state: Literal["active", "retired"]
+    state: Literal["active", "prepared", "retired"]
     createdAt: Timestamp
     upstream: Annotated[
         bool, Field(description="True when the CA is an intermediate signed by an upstream root.")
+    ]
+    activatesAt: NotRequired[
+        Annotated[
+            Timestamp,
+            Field(description="A prepared CA: when it signs at the latest (its propagation period ends)."),
+        ]
+    ]
+    bundleUntil: NotRequired[
+        Annotated[
+            Timestamp,
+            Field(description="A retired CA: when it leaves the bundle (all it signed has expired)."),
+        ]
     ]
 
 
@@ -439,8 +452,37 @@ class CertificateAuthorities(TypedDict):
         list[str],
         Field(
             description="PEM certificates to trust for the pool's machines: the active CA first, then "
-            "every retired CA whose certificates may still be valid, each followed by its chain."
+            "the prepared one, then every retired CA whose certificates may still be valid, each "
+            "followed by its chain."
         ),
+    ]
+    next: NotRequired[
+        Annotated[
+            CertificateAuthority,
+            Field(
+                description="The prepared CA (rotate, importCertificate): in the bundle already, signing "
+                "nothing until its activatesAt or certificateAuthorities/activate."
+            ),
+        ]
+    ]
+    retired: Annotated[
+        list[CertificateAuthority],
+        Field(description="The retired CAs still in the bundle, each with when it leaves it."),
+    ]
+    bundleUrl: NotRequired[
+        Annotated[
+            str,
+            Field(
+                description="Where verifiers fetch the bundle without credentials (GET, PEM, cacheable "
+                "5 minutes): the same URL for the pool's whole life."
+            ),
+        ]
+    ]
+    breaks: NotRequired[
+        Annotated[
+            str,
+            Field(description="An emergency rotation: what it breaks, and how verifiers recover."),
+        ]
     ]
     pending: NotRequired[
         Annotated[

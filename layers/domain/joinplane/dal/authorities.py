@@ -3,33 +3,44 @@ active CA and the bundle.
 
 - CA       `CA#<caId>` / `CA`: caId, tenantId, siteId, poolId, keyId (the KMS key's id),
            certificatePem, chainPem (the PEMs above it for an upstream CA; [] when self-signed),
-           csrPem (an upstream CA's request), state (`pending` | `active` | `retired` | `expired`,
-           or `abandoned`: a request replaced by a newer one before it was imported), createdAt,
+           csrPem (an upstream CA's request), state (`pending` | `prepared` | `active` | `retired` |
+           `expired`, or `abandoned`: a request replaced by a newer one before it was imported;
+           `prepared`: the pool's next CA, in the bundle, signing nothing until activatesAt (epoch
+           seconds) or an explicit activation), createdAt,
            createdBy (the acting API key, or `join` for a pool's first CA made by a join),
            activatedAt, previousCaId
-           (the CA it replaced), activatedBy (who imported an upstream CA), and once retired
-           retiredAt and bundleUntil (epoch seconds: when it leaves the bundle), once expired
+           (the CA it replaced), activatedBy (who imported an upstream CA into a pool without a CA, or
+           activated a prepared CA: an API key or `schedule`), importedBy and importedAt (who
+           imported an upstream CA that was then prepared, and when), activatesAt (a prepared CA),
+           and once retired retiredAt and bundleUntil (epoch seconds: when it leaves the bundle), once expired
            expiredAt. gsi1 `TENANT#<t>#POOL#<p>#CAS` / `<createdAt>#<caId>` lists a pool's CAs. Its
            stream INSERT as `active` (or an upstream CA's pending -> active) is the
-           `security.certificate-authority.created` (first) or `.rotated` event; its INSERT as
-           `pending` is `.requested`.
-- pointer  `CAPOOL#<tenantId>#<poolId>` / `ACTIVE`: activeCaId, bundle (the caIds of every CA
-           whose certificates may still be valid, active first), version (bumped by every write).
+           `security.certificate-authority.created` (first) or `.rotated` event (an emergency
+           rotation); its INSERT as `pending` is `.requested`; its INSERT as `prepared` (or an
+           upstream CA's pending -> prepared) is `.prepared`, and prepared -> active `.activated`.
+- pointer  `CAPOOL#<tenantId>#<poolId>` / `ACTIVE`: activeCaId, nextCaId (the prepared CA, if
+           any), bundle (the caIds of every CA a verifier must trust: active first, then the next,
+           then the retired ones), bundleId (the pool's first CA: its public bundle's stable name),
+           version (bumped by every write).
            `CAPOOL#`, not `CA#`: a pool's ids could otherwise be read as a caId's.
 - pending  `CAPOOL#<tenantId>#<poolId>` / `PENDING`: pendingCaId, the CA whose CSR awaits the
            organisation's signature (createCsr). At most one per pool: a new CSR abandons the
            previous one (pending -> abandoned, its key scheduled for deletion) in the same
-           transaction; an import activates it and deletes the slot in one transaction.
+           transaction; an import prepares it (or, for a pool without a CA, activates it) and
+           deletes the slot in one transaction.
 
 Why the pointer holds the bundle: a join reads the pointer (consistent) and the bundle's items in
 one BatchGetItem (consistent), so a rotation a moment ago is seen whole; a GSI query would be
 eventually consistent and could miss the CA just retired.
 
 Every change is one transaction conditioned on what was read: the first CA (CA item + pointer, both
-absent), a rotation (new CA + old CA active -> retired + pointer at the version read), an import
-(pending -> active + the slot deleted + the old CA retired and the pointer at the version read, or
-the pointer created), an expiry (retired -> expired + pointer at the version read, dropping the CA
-from the bundle).
+absent), a preparation (new CA as prepared + the pointer naming it next, at the version read, with
+no next CA), an activation (prepared -> active + old CA active -> retired + the pointer without a
+next CA, at the version read and still naming that next CA), an emergency rotation (new CA + old CA
+active -> retired + pointer at the version read, with no next CA), an import
+(pending -> prepared + the slot deleted + the pointer naming it next at the version read, with no
+next CA; or pending -> active + the pointer created), an expiry (retired -> expired + pointer at
+the version read, dropping the CA from the bundle).
 """
 
 from __future__ import annotations
@@ -72,6 +83,9 @@ ATTRIBUTES = {
     "expired_at": "expiredAt",
     "csr_pem": "csrPem",
     "activated_by": "activatedBy",
+    "activates_at": "activatesAt",
+    "imported_by": "importedBy",
+    "imported_at": "importedAt",
 }
 
 
@@ -82,7 +96,7 @@ class CertificateAuthority(NamedTuple):
     pool_id: str
     key_id: str
     certificate_pem: str  # "" while pending (a CSR awaits the organisation's signature)
-    state: str  # "pending" | "active" | "retired" | "expired" | "abandoned"
+    state: str  # "pending" | "prepared" | "active" | "retired" | "expired" | "abandoned"
     created_at: str
     created_by: str
     chain_pem: tuple[str, ...] = ()
@@ -92,7 +106,12 @@ class CertificateAuthority(NamedTuple):
     bundle_until: int | None = None
     expired_at: str | None = None
     csr_pem: str | None = None
-    activated_by: str | None = None  # who imported an upstream CA (createdBy made its request)
+    # Who imported an upstream CA (createdBy made its request), or activated a prepared CA: an API
+    # key, or `schedule` when its propagation period ended.
+    activated_by: str | None = None
+    activates_at: int | None = None  # a prepared CA: when it signs at the latest (epoch seconds)
+    imported_by: str | None = None  # who imported an upstream CA's certificate (then prepared), and when
+    imported_at: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> CertificateAuthority:
@@ -106,6 +125,7 @@ class CertificateAuthority(NamedTuple):
                 "created_at": stored["created_at"] or "",
                 "created_by": stored["created_by"] or "",
                 "bundle_until": int(stored["bundle_until"]) if stored["bundle_until"] is not None else None,
+                "activates_at": int(stored["activates_at"]) if stored["activates_at"] is not None else None,
             }
         )
 
@@ -126,6 +146,15 @@ class Pointer(NamedTuple):
     active_ca_id: str
     bundle: tuple[str, ...]  # caIds, the active one first
     version: int
+    next_ca_id: str | None = None
+    # The pool's first CA: its id names the pool's public bundle for good. A pointer written before
+    # it was recorded gets it from its active CA at its next write (if_not_exists).
+    bundle_id: str = ""
+
+    @property
+    def public_bundle_id(self) -> str:
+        """The caId that names the pool's public bundle (a pointer made just now: its first CA)."""
+        return self.bundle_id or self.active_ca_id
 
     @classmethod
     def from_item(cls, item: Item) -> Pointer:
@@ -135,11 +164,13 @@ class Pointer(NamedTuple):
             active_ca_id=item["activeCaId"],
             bundle=tuple(item.get("bundle") or ()),
             version=int(item["version"]),
+            next_ca_id=item.get("nextCaId"),
+            bundle_id=item.get("bundleId") or item["activeCaId"],
         )
 
     def to_item(self) -> Item:
         pk, sk = pointer_key(self.tenant_id, self.pool_id)
-        return {
+        item = {
             "pk": pk,
             "sk": sk,
             "tenantId": self.tenant_id,
@@ -147,15 +178,21 @@ class Pointer(NamedTuple):
             "activeCaId": self.active_ca_id,
             "bundle": list(self.bundle),
             "version": self.version,
+            "bundleId": self.public_bundle_id,
         }
+        if self.next_ca_id is not None:
+            item["nextCaId"] = self.next_ca_id
+        return item
 
 
 class Authorities(NamedTuple):
-    """A pool's active CA and its bundle as read together: `bundle` is active first."""
+    """A pool's active CA, its next (prepared) CA and its bundle as read together: `bundle` is
+    active first."""
 
     pointer: Pointer
     active: CertificateAuthority
     bundle: tuple[CertificateAuthority, ...]
+    next: CertificateAuthority | None = None
 
 
 def pool_partition(tenant_id: str, pool_id: str) -> str:
@@ -185,7 +222,9 @@ def read(tenant_id: str, pool_id: str) -> Authorities | None:
     pointer = get_pointer(tenant_id, pool_id)
     if pointer is None:
         return None
-    wanted = dict.fromkeys((pointer.active_ca_id, *pointer.bundle))
+    wanted = dict.fromkeys(
+        (pointer.active_ca_id, *((pointer.next_ca_id,) if pointer.next_ca_id else ()), *pointer.bundle)
+    )
     found = dynamo.batch_get(ca_key(ca_id) for ca_id in wanted)
     cas = {
         ca_id: CertificateAuthority.from_item(found[ca_key(ca_id)])
@@ -196,7 +235,10 @@ def read(tenant_id: str, pool_id: str) -> Authorities | None:
     if active is None:
         raise LookupError(f"the pool's pointer names CA {pointer.active_ca_id}, which is not stored")
     bundle = tuple(cas[ca_id] for ca_id in wanted if ca_id in cas)
-    return Authorities(pointer, active, bundle)
+    following = cas.get(pointer.next_ca_id) if pointer.next_ca_id else None
+    if pointer.next_ca_id and following is None:
+        raise LookupError(f"the pool's pointer names CA {pointer.next_ca_id} next, which is not stored")
+    return Authorities(pointer, active, bundle, following)
 
 
 def _due_key(bundle_until: int, ca_id: str) -> str:
@@ -258,59 +300,131 @@ def rotate(
     bundle_until: int,
     keep: Sequence[str],
 ) -> None:
-    """One transaction: `new` becomes the active CA (put), the CA the pointer named is retired
-    (active -> retired, with when it leaves the bundle) and the pointer names `new`, with the
-    bundle `new` + the retired CA + `keep` (CAs still in the bundle), conditioned on the version
-    read: two concurrent rotations cannot both win, so a pool never has two active CAs. The pool
-    must still be active (PoolNotActive); Contended otherwise."""
+    """An emergency rotation, one transaction: `new` becomes the active CA (put), the CA the pointer
+    named is retired (active -> retired, with when it leaves the bundle) and the pointer names `new`,
+    with the bundle `new` + the retired CA + `keep` (CAs still in the bundle), conditioned on the
+    version read, which had no next CA: two concurrent rotations cannot both win, so a pool never
+    has two active CAs. The pool must still be active (PoolNotActive); Contended otherwise."""
     writes = [
         dynamo.Write("Put", item=new.to_item(), condition="attribute_not_exists(pk)", name="ca"),
-        *_replacing(read_as, new.ca_id, retired_at=retired_at, bundle_until=bundle_until, keep=keep),
+        _retiring(read_as.active, retired_at=retired_at, bundle_until=bundle_until),
+        _repointing(read_as, active=new.ca_id, bundle=(new.ca_id, read_as.active.ca_id, *keep)),
         _pool_is_active(new.tenant_id, new.pool_id),
     ]
     _commit(writes)
 
 
-def _replacing(
-    read_as: Authorities, new_ca_id: str, *, retired_at: str, bundle_until: int, keep: Sequence[str]
-) -> list[dynamo.Write]:
-    """The writes that retire the active CA read and point the pool at `new_ca_id`, at the version read."""
+def prepare(read_as: Authorities, new: CertificateAuthority, *, keep: Sequence[str]) -> None:
+    """One transaction: `new` (state prepared, with its activatesAt) becomes the pool's next CA: put,
+    and the pointer names it next with the bundle active + `new` + `keep`, conditioned on the version
+    read, which had no next CA. Nothing signs with it yet, and the active CA is untouched. Of
+    concurrent preparations one wins; the others are Contended (PoolNotActive for an archived pool)."""
+    active = read_as.active.ca_id
+    writes = [
+        dynamo.Write("Put", item=new.to_item(), condition="attribute_not_exists(pk)", name="ca"),
+        _repointing(read_as, active=active, bundle=(active, new.ca_id, *keep), next_ca_id=new.ca_id),
+        _pool_is_active(new.tenant_id, new.pool_id),
+    ]
+    _commit(writes)
+
+
+def activate(
+    read_as: Authorities,
+    *,
+    activated_at: str,
+    activated_by: str,
+    retired_at: str,
+    bundle_until: int,
+    keep: Sequence[str],
+) -> None:
+    """One transaction: the pool's next CA as read becomes its active CA (prepared -> active, with who
+    activated it), the CA that was active is retired (with when it leaves the bundle), and the pointer
+    names the new CA active and none next, with the bundle new + retired + `keep`, conditioned on
+    the version read and on still naming that next CA. Of concurrent activations (the end of the
+    propagation period seen by many containers at once, an explicit call) exactly one commits; the
+    others are Contended and read the outcome."""
+    following = read_as.next
+    if following is None:
+        raise ValueError("the pool has no prepared CA to activate")
     old = read_as.active
-    pointer = read_as.pointer
-    bundle = list(dict.fromkeys((new_ca_id, old.ca_id, *keep)))
-    return [
+    writes = [
         dynamo.Write(
             "Update",
-            *ca_key(old.ca_id),
-            update="SET #state = :retired, retiredAt = :at, bundleUntil = :until, "
-            "gsi2pk = :due, gsi2sk = :when",
-            condition="#state = :active",
+            *ca_key(following.ca_id),
+            update="SET #state = :active, activatedAt = :at, activatedBy = :by, previousCaId = :previous",
+            condition="#state = :prepared",
             names={"#state": "state"},
             values={
-                ":retired": "retired",
                 ":active": "active",
-                ":at": retired_at,
-                ":until": bundle_until,
-                ":due": RETIRED_PARTITION,
-                ":when": _due_key(bundle_until, old.ca_id),
+                ":prepared": "prepared",
+                ":at": activated_at,
+                ":by": activated_by,
+                ":previous": old.ca_id,
             },
-            name="previous",
+            name="next",
         ),
-        dynamo.Write(
-            "Update",
-            *pointer_key(pointer.tenant_id, pointer.pool_id),
-            update="SET activeCaId = :new, bundle = :bundle, version = :next",
-            condition="activeCaId = :old AND version = :version",
-            values={
-                ":new": new_ca_id,
-                ":bundle": bundle,
-                ":next": pointer.version + 1,
-                ":old": old.ca_id,
-                ":version": pointer.version,
-            },
-            name="pointer",
-        ),
+        _retiring(old, retired_at=retired_at, bundle_until=bundle_until),
+        _repointing(read_as, active=following.ca_id, bundle=(following.ca_id, old.ca_id, *keep)),
     ]
+    _commit(writes)
+
+
+def _retiring(old: CertificateAuthority, *, retired_at: str, bundle_until: int) -> dynamo.Write:
+    """The active CA read becomes retired, leaving the bundle at `bundle_until`."""
+    return dynamo.Write(
+        "Update",
+        *ca_key(old.ca_id),
+        update="SET #state = :retired, retiredAt = :at, bundleUntil = :until, gsi2pk = :due, gsi2sk = :when",
+        condition="#state = :active",
+        names={"#state": "state"},
+        values={
+            ":retired": "retired",
+            ":active": "active",
+            ":at": retired_at,
+            ":until": bundle_until,
+            ":due": RETIRED_PARTITION,
+            ":when": _due_key(bundle_until, old.ca_id),
+        },
+        name="previous",
+    )
+
+
+def _repointing(
+    read_as: Authorities, *, active: str, bundle: Sequence[str], next_ca_id: str | None = None
+) -> dynamo.Write:
+    """The pointer as read (its version, active CA and next CA) moved to `active`, `bundle` and
+    `next_ca_id` (None: no next CA)."""
+    pointer = read_as.pointer
+    values: dict[str, object] = {
+        ":new": active,
+        ":bundle": list(dict.fromkeys(bundle)),
+        ":next": pointer.version + 1,
+        ":old": pointer.active_ca_id,
+        ":version": pointer.version,
+        ":first": pointer.public_bundle_id,
+    }
+    update = (
+        "SET activeCaId = :new, bundle = :bundle, version = :next, bundleId = if_not_exists(bundleId, :first)"
+    )
+    if next_ca_id is not None:
+        update += ", nextCaId = :following"
+        values[":following"] = next_ca_id
+    else:
+        update += " REMOVE nextCaId"
+    condition = "activeCaId = :old AND version = :version"
+    if pointer.next_ca_id is None:
+        condition += " AND attribute_not_exists(nextCaId)"
+    else:
+        condition += " AND nextCaId = :was"
+        values[":was"] = pointer.next_ca_id
+    return dynamo.Write(
+        "Update",
+        *pointer_key(pointer.tenant_id, pointer.pool_id),
+        update=update,
+        condition=condition,
+        values=values,
+        name="pointer",
+    )
 
 
 def _pool_is_active(tenant_id: str, pool_id: str) -> dynamo.Write:
@@ -393,29 +507,34 @@ def activate_pending(
     chain_pem: Sequence[str],
     activated_at: str,
     activated_by: str,
-    retired_at: str,
-    bundle_until: int,
+    activates_at: int,
     keep: Sequence[str],
 ) -> None:
-    """One transaction: the pending CA becomes the pool's active CA with its signed certificate and
-    chain (pending -> active, the slot deleted, both as read: PendingChanged otherwise); the CA
-    `read_as` named is retired and the pointer moved at the version read, or, for a pool that had no
-    CA (`read_as` None), the pointer is created (Contended when a first CA won meanwhile)."""
-    values = {
-        ":active": "active",
+    """One transaction: the pending CA receives its signed certificate and chain (pending ->, the slot
+    deleted, both as read: PendingChanged otherwise). For a pool that had no CA (`read_as` None) it
+    becomes the active CA at once and the pointer is created (Contended when a first CA won
+    meanwhile): there is no verifier to break. Otherwise it becomes the pool's next CA, prepared
+    until `activates_at`, as a rotation's is: the pointer names it next with the bundle active + it +
+    `keep`, at the version read, which had no next CA (Contended otherwise)."""
+    values: dict[str, object] = {
         ":pending": "pending",
         ":certificate": certificate_pem,
         ":chain": list(chain_pem),
         ":at": activated_at,
         ":by": activated_by,
     }
-    update = (
-        "SET #state = :active, certificatePem = :certificate, chainPem = :chain, activatedAt = :at, "
-        "activatedBy = :by"
-    )
-    if read_as is not None:
-        update += ", previousCaId = :previous"
-        values[":previous"] = read_as.active.ca_id
+    if read_as is None:
+        update = (
+            "SET #state = :state, certificatePem = :certificate, chainPem = :chain, activatedAt = :at, "
+            "activatedBy = :by"
+        )
+        values[":state"] = "active"
+    else:
+        update = (
+            "SET #state = :state, certificatePem = :certificate, chainPem = :chain, activatesAt = :when, "
+            "importedBy = :by, importedAt = :at, previousCaId = :previous"
+        )
+        values |= {":state": "prepared", ":when": activates_at, ":previous": read_as.active.ca_id}
     writes = [
         dynamo.Write(
             "Update",
@@ -440,8 +559,11 @@ def activate_pending(
             dynamo.Write("Put", item=pointer.to_item(), condition="attribute_not_exists(pk)", name="pointer")
         )
     else:
-        writes += _replacing(
-            read_as, pending.ca_id, retired_at=retired_at, bundle_until=bundle_until, keep=keep
+        active = read_as.active.ca_id
+        writes.append(
+            _repointing(
+                read_as, active=active, bundle=(active, pending.ca_id, *keep), next_ca_id=pending.ca_id
+            )
         )
     writes.append(_pool_is_active(pending.tenant_id, pending.pool_id))
     _commit(writes)

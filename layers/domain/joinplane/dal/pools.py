@@ -16,6 +16,10 @@ from joinplane import container
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
+# How long a rotated CA is in the bundle before it signs, unless the pool says otherwise
+# (joinplane.pools.CreatePool's caPropagationSeconds).
+DEFAULT_CA_PROPAGATION = 86_400
+
 PoolState = Literal["active", "archived"]
 
 
@@ -188,6 +192,9 @@ class Pool(NamedTuple):
     created_by: str | None = None
     updated_by: str | None = None  # the key of the last change (update or archive)
     archived_by: str | None = None
+    # How long a rotated CA is in the bundle before it signs; pools stored before it was a setting
+    # read as the default.
+    ca_propagation_seconds: int = DEFAULT_CA_PROPAGATION
 
     @property
     def active(self) -> bool:
@@ -220,6 +227,7 @@ class Pool(NamedTuple):
             created_by=item.get("createdBy"),
             updated_by=item.get("updatedBy"),
             archived_by=item.get("archivedBy"),
+            ca_propagation_seconds=int(item.get("caPropagationSeconds", DEFAULT_CA_PROPAGATION)),
         )
 
     def to_item(self) -> Item:
@@ -246,6 +254,7 @@ class Pool(NamedTuple):
             "createdBy": self.created_by,
             "updatedBy": self.updated_by,
             "archivedBy": self.archived_by,
+            "caPropagationSeconds": self.ca_propagation_seconds,
         }
 
 
@@ -312,6 +321,7 @@ class PoolChanges(NamedTuple):
     bootstrap: Bootstrap | None = None
     join_request_ttl_seconds: int | None = None
     certificate_ttl_seconds: int | None = None
+    ca_propagation_seconds: int | None = None
     cluster: ClusterSettings | None = None
     remove_cluster: bool = False
 
@@ -323,6 +333,7 @@ class PoolChanges(NamedTuple):
             bootstrap=self.bootstrap.to_item() if self.bootstrap else None,
             joinRequestTtlSeconds=self.join_request_ttl_seconds,
             certificateTtlSeconds=self.certificate_ttl_seconds,
+            caPropagationSeconds=self.ca_propagation_seconds,
             cluster=self.cluster.to_item() if self.cluster else None,
         )
         if self.remove_cluster:
