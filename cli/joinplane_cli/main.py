@@ -14,14 +14,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from joinplane_cli import admin, agent, completion, options, service
+from joinplane_cli import completion, options
 from joinplane_cli.api import DEFAULT_TIMEOUT, OPERATOR_RETRY, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
+
+if TYPE_CHECKING:
+    from joinplane_cli import admin
+
+# The commands' own modules (admin, agent, service) are imported by their handlers: `--version`,
+# `--help` and completion never load `cryptography` or the agent (docs/decisions.md, "The CLI's parser").
 
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
@@ -59,22 +66,31 @@ def _positive(text: str) -> float:
 
 
 class Defaults:
-    """Each option's default: its environment variable, else the config file's profile."""
+    """Each option's default: its environment variable, else the config file's profile.
 
-    def __init__(self, chosen: Mapping[str, Any]) -> None:
+    The options every command shares (`--url`, `-o`, `--profile`, `--api-key`...) are accepted before
+    the command as well as after it, as kubectl's and step's are: the top-level parser holds their
+    defaults, and each command's copy is `suppressed` (argparse.SUPPRESS), so that a command only sets
+    what was typed after it and never overwrites `joinplane -o json pools list`'s `-o json`."""
+
+    def __init__(self, chosen: Mapping[str, Any], *, suppressed: bool = False) -> None:
         self.chosen = chosen
+        self.suppressed = suppressed
 
     def __call__(self, key: str) -> Any:
         return self.chosen.get(key)
 
+    def default(self, value: Any) -> Any:
+        return argparse.SUPPRESS if self.suppressed else value
+
 
 def _server_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--url", default=d("url"), help="the API's base URL (env JOINPLANE_URL)")
+    parent.add_argument("--url", default=d.default(d("url")), help="the API's base URL (env JOINPLANE_URL)")
     parent.add_argument(
         "--timeout",
         type=_positive,
-        default=options.seconds(d("timeout")) if d("timeout") else DEFAULT_TIMEOUT,
+        default=d.default(options.seconds(d("timeout")) if d("timeout") else DEFAULT_TIMEOUT),
         metavar="DURATION",
         help=f"how long to wait for each HTTP answer (default {DEFAULT_TIMEOUT:.0f}s)",
     )
@@ -82,25 +98,31 @@ def _server_options(d: Defaults) -> argparse.ArgumentParser:
         "-o",
         "--output",
         choices=("table", "json"),
-        default=d("output") or "table",
+        default=d.default(d("output") or "table"),
         help="table (for people, the default) or json (for scripts)",
     )
-    parent.add_argument("--profile", help="the config file's profile to use (env JOINPLANE_PROFILE)")
-    parent.add_argument("--config", metavar="FILE", help="the config file (env JOINPLANE_CONFIG)")
+    parent.add_argument(
+        "--profile",
+        default=d.default(None),
+        help="the config file's profile to use (env JOINPLANE_PROFILE)",
+    )
+    parent.add_argument(
+        "--config", default=d.default(None), metavar="FILE", help="the config file (env JOINPLANE_CONFIG)"
+    )
     return parent
 
 
 def _operator_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
-        "--api-key", default=d("api-key"), help="operator API key jpk_... (env JOINPLANE_API_KEY)"
+        "--api-key", default=d.default(d("api-key")), help="operator API key jpk_... (env JOINPLANE_API_KEY)"
     )
     parent.add_argument(
         "--tenant",
-        default=d("tenant"),
+        default=d.default(d("tenant")),
         help="tenant id (env JOINPLANE_TENANT); default: the API key's own tenant",
     )
-    parent.add_argument("--pool", default=d("pool"), help="pool id (env JOINPLANE_POOL)")
+    parent.add_argument("--pool", default=d.default(d("pool")), help="pool id (env JOINPLANE_POOL)")
     return parent
 
 
@@ -128,6 +150,8 @@ def _api_key(args: argparse.Namespace) -> str:
 
 
 def _operator(args: argparse.Namespace) -> admin.Operator:
+    from joinplane_cli import admin
+
     url = _need(args.url, "--url", "JOINPLANE_URL")
     client = Client(url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY)
     tenant = args.tenant or admin.whoami_tenant(client)
@@ -159,6 +183,8 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _join(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import agent
+
     token = _token(args)
     join_options = agent.JoinOptions(
         url=_need(args.url, "--url", "JOINPLANE_URL"),
@@ -177,6 +203,8 @@ def _join(args: argparse.Namespace) -> Exit:
 
 
 def _agent(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import service
+
     service_options = service.ServiceOptions(
         url=args.url,
         token=None if args.print_systemd_unit else _token(args),
@@ -192,6 +220,8 @@ def _agent(args: argparse.Namespace) -> Exit:
 
 
 def _renew(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import agent
+
     return agent.renew(
         agent.RenewOptions(
             url=args.url,
@@ -204,6 +234,8 @@ def _renew(args: argparse.Namespace) -> Exit:
 
 
 def _requests(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "list":
         return admin.requests_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
@@ -214,6 +246,8 @@ def _requests(args: argparse.Namespace) -> Exit:
 
 
 def _tokens(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "revoke":
         return admin.tokens_revoke(op, args.token_id)
@@ -236,6 +270,8 @@ def _tokens(args: argparse.Namespace) -> Exit:
 
 
 def _pools(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "list":
         return admin.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
@@ -255,6 +291,8 @@ def _pools(args: argparse.Namespace) -> Exit:
 
 
 def _machines(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "list":
         return admin.machines_list(op, _pool(args), args.state, args.limit, args.cursor, args.every)
@@ -264,6 +302,8 @@ def _machines(args: argparse.Namespace) -> Exit:
 
 
 def _apikeys(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "create":
         return admin.apikeys_create(op, args.grant, args.description)
@@ -275,6 +315,8 @@ def _apikeys(args: argparse.Namespace) -> Exit:
 
 
 def _ca(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     pool = args.pool_id or _pool(args)
     if args.action == "get":
@@ -287,6 +329,8 @@ def _ca(args: argparse.Namespace) -> Exit:
 
 
 def _audit(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     return admin.audit_list(_operator(args), args.pool, args.detail_type, args.limit, args.cursor, args.every)
 
 
@@ -302,20 +346,21 @@ def _pool_id_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="the pool (default: --pool)")
 
 
-def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
-    """The parser; `chosen` are the option defaults from the environment and the config file."""
-    d = Defaults(options.defaults({}, os.environ) if chosen is None else chosen)
-    server, operator, paging = _server_options(d), _operator_options(d), _paging_options()
-    parser = argparse.ArgumentParser(
-        prog="joinplane",
-        description="Join machines to Joinplane pools, keep their certificates fresh, decide their joins.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
+@dataclass
+class Parents:
+    """What every command's parser is built from: the subcommands it joins, the option groups its
+    options come from, and the defaults."""
 
+    commands: Any  # argparse's _SubParsersAction
+    d: Defaults
+    server: argparse.ArgumentParser
+    operator: argparse.ArgumentParser
+    paging: argparse.ArgumentParser
+    default_directory: str
+
+
+def _join_command(p: Parents) -> None:
+    commands, server, d, default_directory = p.commands, p.server, p.d, p.default_directory
     join = commands.add_parser(
         "join",
         parents=[server],
@@ -358,6 +403,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
     join.set_defaults(handler=_join)
 
+
+def _agent_command(p: Parents) -> None:
+    commands, server, d, default_directory = p.commands, p.server, p.d, p.default_directory
     service_mode = commands.add_parser(
         "agent",
         parents=[server],
@@ -391,6 +439,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     service_mode.set_defaults(handler=_agent)
 
+
+def _renew_command(p: Parents) -> None:
+    commands, server, default_directory = p.commands, p.server, p.default_directory
     renew = commands.add_parser(
         "renew",
         parents=[server],
@@ -403,6 +454,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     renew.add_argument("--rotate-key", action="store_true", help="replace the machine's key as well")
     renew.set_defaults(handler=_renew)
 
+
+def _requests_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     requests = commands.add_parser("requests", help="the join-request queue (list, get, approve, reject)")
     actions = requests.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser(
@@ -432,6 +486,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     reject.add_argument("--reason", help="shown to the machine and recorded")
     requests.set_defaults(handler=_requests)
 
+
+def _tokens_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     tokens = commands.add_parser("tokens", help="join tokens (create, list, revoke)")
     actions = tokens.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[server, operator], help="create a join token")
@@ -468,6 +525,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id, jtok_... (not the secret)")
     tokens.set_defaults(handler=_tokens)
 
+
+def _pools_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive)")
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
@@ -505,6 +565,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         _pool_id_argument(one)
     pools.set_defaults(handler=_pools)
 
+
+def _machines_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     machines = commands.add_parser("machines", help="joined machines (list, get, revoke)")
     actions = machines.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list a pool's machines")
@@ -516,6 +579,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     revoke.add_argument("--reason", help="recorded with the revocation")
     machines.set_defaults(handler=_machines)
 
+
+def _apikeys_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     apikeys = commands.add_parser("apikeys", help="operator API keys (create, list, revoke, whoami)")
     actions = apikeys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[server, operator], help="create an API key")
@@ -533,6 +599,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     actions.add_parser("whoami", parents=[server, operator], help="show the API key in use: tenant, grants")
     apikeys.set_defaults(handler=_apikeys)
 
+
+def _ca_command(p: Parents) -> None:
+    commands, server, operator = p.commands, p.server, p.operator
     authorities = commands.add_parser(
         "ca", help="a pool's certificate authority (get, rotate, create-csr, import)"
     )
@@ -569,6 +638,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     one.add_argument("--bundle-out", metavar="FILE", help="write the pool's trust bundle (PEM) to FILE")
     authorities.set_defaults(handler=_ca)
 
+
+def _audit_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     audit = commands.add_parser("audit", help="security events (list)")
     actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list events, newest first")
@@ -577,6 +649,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     audit.set_defaults(handler=_audit)
 
+
+def _completion_command(p: Parents) -> None:
+    commands = p.commands
     shells = commands.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or fish)",
@@ -584,6 +659,42 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     shells.add_argument("shell", choices=completion.SHELLS, help="the shell to complete in")
     shells.set_defaults(handler=_completion)
+
+
+COMMANDS = (
+    _join_command,
+    _agent_command,
+    _renew_command,
+    _requests_command,
+    _tokens_command,
+    _pools_command,
+    _machines_command,
+    _apikeys_command,
+    _ca_command,
+    _audit_command,
+    _completion_command,
+)
+
+
+def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The parser; `chosen` are the option defaults from the environment and the config file."""
+    chosen = options.defaults({}, os.environ) if chosen is None else chosen
+    top, d = Defaults(chosen), Defaults(chosen, suppressed=True)
+    parser = argparse.ArgumentParser(
+        prog="joinplane",
+        description="Join machines to Joinplane pools, keep their certificates fresh, decide their joins.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_server_options(top), _operator_options(top)],
+    )
+    parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
+    parents = Parents(
+        commands, d, _server_options(d), _operator_options(d), _paging_options(), default_directory
+    )
+    for add in COMMANDS:
+        add(parents)
     return parser
 
 
