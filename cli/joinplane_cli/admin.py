@@ -158,12 +158,9 @@ def whoami_tenant(client: Client) -> str:
         item = client.post(f"{API}/apiKeys/whoami", {}).body
     except ApiError as failed:
         if failed.status == 404 and not failed.enveloped:
-            # Not a Joinplane API at that URL (the likelier case), or one too old to have whoami.
-            raise CliError(
-                f"{failed.message} (If it is a Joinplane API without apiKeys/whoami, pass --tenant or "
-                "set JOINPLANE_TENANT.)",
-                Exit.USAGE,
-            ) from None
+            # Not a Joinplane API at that URL (the likelier case), or one too old to have whoami: the
+            # same exit as any command's wrong-URL hint (docs/cli.md), with the way round the second.
+            failed.message += " (If it is a Joinplane API without apiKeys/whoami, pass --tenant.)"
         raise
     tenant = item.get("tenantId")
     if not isinstance(tenant, str) or not tenant:

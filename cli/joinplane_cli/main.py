@@ -153,7 +153,9 @@ def _operator(args: argparse.Namespace) -> admin.Operator:
     from joinplane_cli import admin
 
     url = _need(args.url, "--url", "JOINPLANE_URL")
-    client = Client(url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY)
+    client = Client(
+        url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY, url_from=args.url_from
+    )
     tenant = args.tenant or admin.whoami_tenant(client)
     return admin.Operator(client, tenant, args.output, quiet=getattr(args, "quiet", False))
 
@@ -688,6 +690,7 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         parents=[_server_options(top), _operator_options(top)],
     )
     parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
+    parser.set_defaults(url_from=chosen.get("url-from") or "--url")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
     parents = Parents(
@@ -709,11 +712,19 @@ def _settings(argv: Sequence[str]) -> dict[str, Any]:
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--profile")
     early.add_argument("--config")
+    early.add_argument("--url")
     known, _ = early.parse_known_args(argv)
     path = Path(known.config).expanduser() if known.config else options.config_path(os.environ)
     profile = known.profile or os.environ.get("JOINPLANE_PROFILE") or None
     loaded = options.load_profile(path, profile, explicit=bool(known.config))
-    return options.defaults(loaded, os.environ)
+    chosen = options.defaults(loaded, os.environ)
+    if known.url:
+        chosen["url-from"] = "--url"
+    elif os.environ.get("JOINPLANE_URL"):
+        chosen["url-from"] = "JOINPLANE_URL"
+    elif loaded.get("url"):
+        chosen["url-from"] = f"url of [{profile or 'default'}] in {path}"
+    return chosen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
