@@ -741,11 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ApiError as failed:
-        print(f"joinplane: {failed.message}", file=sys.stderr)
-        # One field error is the message already; several are listed one per line.
-        for detail in failed.details if len(failed.details) > 1 else []:
-            if isinstance(detail, dict) and "field" in detail:
-                print(f"  {detail.get('field')}: {detail.get('reason', '')}", file=sys.stderr)
+        for line in options.described(failed):
+            print(f"joinplane: {line}", file=sys.stderr)
         return int(failed.exit_code)
     except CliError as failed:
         print(f"joinplane: {failed.message}", file=sys.stderr)
