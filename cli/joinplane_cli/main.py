@@ -239,12 +239,14 @@ def _requests(args: argparse.Namespace) -> Exit:
     from joinplane_cli import admin
 
     op = _operator(args)
+    if args.action == "list" and args.watch:
+        return admin.requests_watch(op, args.pool, args.state, args.interval)
     if args.action == "list":
         return admin.requests_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
     if args.action == "get":
         return admin.requests_get(op, args.pool, args.request_id)
     ttl = getattr(args, "ttl", None)
-    return admin.requests_decide(op, args.action, args.pool, args.request_id, args.reason, ttl)
+    return admin.requests_decide_each(op, args.action, args.pool, args.request_id, args.reason, ttl)
 
 
 def _tokens(args: argparse.Namespace) -> Exit:
@@ -253,9 +255,9 @@ def _tokens(args: argparse.Namespace) -> Exit:
     op = _operator(args)
     if args.action == "revoke":
         return admin.tokens_revoke(op, args.token_id)
+    if args.action == "list":  # neither --pool nor --site: every pool the key sees
+        return admin.tokens_list(op, args.pool, args.site, args.limit, args.cursor, args.every)
     pool = None if args.site else _pool(args)
-    if args.action == "list":
-        return admin.tokens_list(op, pool, args.site, args.limit, args.cursor, args.every)
     return admin.tokens_create(
         op,
         pool,
@@ -278,14 +280,17 @@ def _pools(args: argparse.Namespace) -> Exit:
     if args.action == "list":
         return admin.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
     pool = args.pool_id or _pool(args)
+    bootstrap = admin.read_bootstrap(
+        getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
+    )
     if args.action == "create":
         site = _need(args.site, "--site", "a site id", configurable=False)
         return admin.pools_create(
-            op, pool, site, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op, pool, site, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl, bootstrap
         )
     if args.action == "update":
         return admin.pools_update(
-            op, pool, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl
+            op, pool, args.name, args.workspace, args.join_request_ttl, args.certificate_ttl, bootstrap
         )
     if args.action == "get":
         return admin.pools_get(op, pool)
@@ -297,7 +302,7 @@ def _machines(args: argparse.Namespace) -> Exit:
 
     op = _operator(args)
     if args.action == "list":
-        return admin.machines_list(op, _pool(args), args.state, args.limit, args.cursor, args.every)
+        return admin.machines_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
     if args.action == "get":
         return admin.machines_get(op, args.machine_id)
     return admin.machines_revoke(op, args.machine_id, args.reason)
@@ -320,6 +325,8 @@ def _ca(args: argparse.Namespace) -> Exit:
     from joinplane_cli import admin
 
     op = _operator(args)
+    if args.action == "get" and not (args.pool_id or args.pool):
+        return admin.ca_get_across(op, args.bundle_out)  # every active pool the key sees
     pool = args.pool_id or _pool(args)
     if args.action == "get":
         return admin.ca_get(op, pool, args.bundle_out)
@@ -472,10 +479,22 @@ def _requests_command(p: Parents) -> None:
         choices=("pending", "approved", "rejected", "expired", "consumed", "all"),
         help="which requests (default pending)",
     )
+    listing.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, show each change to it until Ctrl-C"
+    )
+    listing.add_argument(
+        "--interval",
+        type=_positive,
+        default=5.0,
+        metavar="DURATION",
+        help="with --watch: how often the queue is read (default 5s)",
+    )
     one = actions.add_parser("get", parents=[server, operator], help="show one join request")
     one.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
-    approve = actions.add_parser("approve", parents=[server, operator], help="approve a pending request")
-    approve.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
+    approve = actions.add_parser(
+        "approve", parents=[server, operator], help="approve pending requests (one or several)"
+    )
+    approve.add_argument("request_id", metavar="REQUEST_ID", nargs="+", help="the requests, jreq_...")
     approve.add_argument(
         "--ttl",
         type=options.whole_seconds,
@@ -483,8 +502,8 @@ def _requests_command(p: Parents) -> None:
         help="how long the machine has to use the approval (server default 1h)",
     )
     approve.add_argument("--reason", help="recorded with the decision")
-    reject = actions.add_parser("reject", parents=[server, operator], help="reject a request")
-    reject.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
+    reject = actions.add_parser("reject", parents=[server, operator], help="reject requests (one or several)")
+    reject.add_argument("request_id", metavar="REQUEST_ID", nargs="+", help="the requests, jreq_...")
     reject.add_argument("--reason", help="shown to the machine and recorded")
     requests.set_defaults(handler=_requests)
 
@@ -521,7 +540,11 @@ def _tokens_command(p: Parents) -> None:
         metavar="FILE",
         help="write the token to FILE (mode 0600) instead of showing it; join with --token-file FILE",
     )
-    listing = actions.add_parser("list", parents=[server, operator, paging], help="list join tokens")
+    listing = actions.add_parser(
+        "list",
+        parents=[server, operator, paging],
+        help="list join tokens (of --pool or --site, or of every pool the key sees and their sites)",
+    )
     listing.add_argument("--site", help="a site's tokens instead of --pool's")
     revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke a join token")
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id, jtok_... (not the secret)")
@@ -559,6 +582,17 @@ def _pools_command(p: Parents) -> None:
             metavar="DURATION",
             help="machine certificate lifetime, 5m to the server's maximum (server default 1d)",
         )
+        change.add_argument(
+            "--controlplane-url",
+            metavar="URL",
+            help="the control plane machines are sent to (the bootstrap's controlplaneHttpUrl)",
+        )
+        change.add_argument(
+            "--bootstrap",
+            metavar="FILE",
+            help="a JSON object of the bootstrap handed to machines"
+            + (" (replaces the pool's whole bootstrap)" if name == "update" else ""),
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")
     listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
@@ -572,7 +606,11 @@ def _machines_command(p: Parents) -> None:
     commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     machines = commands.add_parser("machines", help="joined machines (list, get, revoke)")
     actions = machines.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", parents=[server, operator, paging], help="list a pool's machines")
+    listing = actions.add_parser(
+        "list",
+        parents=[server, operator, paging],
+        help="list machines (of --pool, or of every pool the key sees)",
+    )
     listing.add_argument("--state", choices=("active", "revoked", "all"), help="only machines in this state")
     one = actions.add_parser("get", parents=[server, operator], help="show one machine")
     one.add_argument("machine_id", metavar="MACHINE_ID", help="the machine, mach_...")
@@ -609,7 +647,10 @@ def _ca_command(p: Parents) -> None:
     )
     actions = authorities.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
-        ("get", "show the pool's active CA (made on first use) and its trust bundle"),
+        (
+            "get",
+            "a pool's active CA (made on first use) and trust bundle; without a pool, every pool's",
+        ),
         ("rotate", "make a new CA key; the previous CA stays trusted until its certificates expire"),
     ):
         one = actions.add_parser(name, parents=[server, operator], help=text)
