@@ -37,7 +37,9 @@ def test_a_server_that_answers_404_to_everything_is_named_as_not_a_joinplane_api
     # typed as --url, is the API's base URL
     err = capsys.readouterr().err
     assert code == 1, err
-    assert "a route every Joinplane API has" in err and f"is {url} (from --url) the API's base URL" in err, err
+    assert "a route every Joinplane API has" in err and f"is {url} (from --url) the API's base URL" in err, (
+        err
+    )
 
 
 def test_the_hint_names_the_url_and_where_it_came_from(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.runtime import Cli
+from tests.support.runtime import Cli, command
 
 pytestmark = pytest.mark.e2e
 
@@ -209,3 +209,50 @@ def test_the_cli_answers_version_without_loading_the_agent() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "joinplane_cli.main" in imported
     assert not {"joinplane_cli.agent", "joinplane_cli.admin", "cryptography"} & imported
+
+
+COMPLETE = """
+source <("$1" completion bash)
+t() {
+    COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()
+    _joinplane; echo "${COMPREPLY[*]}"
+}
+t "$1" pools get ''
+t "$1" -o json machines list --pool ''
+t "$1" requests approve ''
+t "$1" join --dir "$2/"
+t "$1" --url http://127.0.0.1:9 pools get ''
+"""
+
+
+def test_completion_offers_the_servers_pool_and_request_ids_and_directories_for_dir(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a pool with a pending request, and a directory holding a file and a directory
+    pool = cli.new_pool()
+    request = _deferred(cli, cli.new_token(pool, "--require-approval"), tmp_path / "m")
+    (tmp_path / "place").mkdir()
+    (tmp_path / "place" / "a-file").write_text("x")
+    (tmp_path / "place" / "a-dir").mkdir()
+    program = tmp_path / "joinplane"
+    program.write_text("#!/bin/sh\nexec " + " ".join(command()) + ' "$@"\n')
+    program.chmod(0o755)
+
+    # When bash completes where a pool, a request or a directory goes
+    done = subprocess.run(
+        ["bash", "-c", COMPLETE, "bash", str(program), str(tmp_path / "place")],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        timeout=120,
+        check=False,
+    )
+
+    # Then the server's ids are offered, directories alone for --dir, and nothing from a server that
+    # the line's own --url says is elsewhere
+    assert done.returncode == 0, done.stderr
+    pools, pool_options, requests, directories, elsewhere = done.stdout.splitlines()
+    assert pool in pools.split() and pool in pool_options.split()
+    assert request in requests.split()
+    assert directories.split() == [str(tmp_path / "place" / "a-dir")]
+    assert elsewhere == ""
