@@ -688,7 +688,7 @@ def pools_update(
     certificate_ttl: int | None,
     bootstrap: Bootstrap | None = None,
 ) -> Exit:
-    changes = {
+    changes: dict[str, Any] = {
         key: value
         for key, value in (
             ("name", name),
