@@ -37,6 +37,8 @@ settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_A
             JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
             ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
 durations:  seconds, or 90s, 90m, 1h, 1h30m, 1d, 2w.
+shared:     --url, --timeout, -o, --profile, --config, --api-key, --tenant and --pool may stand
+            before COMMAND as well as after it (after it wins).
 """
 
 
