@@ -343,7 +343,8 @@ def requests_watch(
                     _watch_event(op, "ADDED", item, now)
             else:
                 requests_table(op, pool, state, items, None, now)
-                print(f"(watching every {render.duration(interval)}; Ctrl-C to stop)", file=op.err)
+                every = f"{interval:g}s" if interval < 60 else render.duration(interval)
+                print(f"(watching every {every}; Ctrl-C to stop)", file=op.err)
                 op.out.flush()
         else:
             for request_id, item in current.items():
