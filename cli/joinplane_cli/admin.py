@@ -1000,45 +1000,6 @@ def ca_get(op: Operator, pool: str, bundle_out: str | None) -> Exit:
     return op.show(item, f"Certificate authority of pool {pool}:", _ca_pairs(item, now))
 
 
-def ca_get_across(op: Operator, bundle_out: str | None) -> Exit:
-    """The active CA of every active pool the key sees (each made on first use, as a join would)."""
-    if bundle_out:
-        raise CliError("--bundle-out writes one pool's bundle: give the pool", Exit.USAGE)
-    pools, more = op.pools_seen(active_only=True)
-    found: list[dict[str, Any]] = []
-    skipped = 0
-    now = time.time()
-    for pool in pools:
-        try:
-            item, now = _ca_answer(op, "certificateAuthorities/get", str(pool.get("poolId")), None)
-        except ApiError as refused:
-            if refused.code in ("PERMISSION_DENIED", "NOT_FOUND"):
-                skipped += 1
-                continue
-            raise
-        found.append({"poolId": pool.get("poolId"), **item})
-    if more:
-        print(f"(only the first {MAX_POOLS} pools were read: give POOL_ID for the others)", file=op.err)
-    if skipped:
-        print(f"({skipped} of {len(pools)} pools skipped: this key may not read their CAs)", file=op.err)
-    if op.json:
-        render.print_json({"certificateAuthorities": found}, op.out)
-        return Exit.OK
-    if not found:
-        print("No active pools with a CA this key can read.", file=op.out)
-        return Exit.OK
-    columns: list[Column] = [
-        ("pool", lambda c: c.get("poolId")),
-        ("ca", lambda c: _object(c.get("active")).get("caId")),
-        ("expires", lambda c: render.until(_object(c.get("active")).get("notAfter"), now)),
-        ("upstream root", lambda c: bool(_object(c.get("active")).get("upstream"))),
-        ("bundle", lambda c: len(_list(c.get("bundle")))),
-        ("pending request", lambda c: _object(c.get("pending")).get("caId")),
-    ]
-    render.print_table(columns, found, op.out)
-    return Exit.OK
-
-
 def ca_rotate(op: Operator, pool: str, bundle_out: str | None) -> Exit:
     item, now = _ca_answer(op, "certificateAuthorities/rotate", pool, bundle_out)
     headline = (
@@ -1108,3 +1069,42 @@ def ca_import(op: Operator, pool: str, certificate: str, chain: str, bundle_out:
         "organisation's; new certificates chain to its root."
     )
     return op.show(item, headline, _ca_pairs(item, now))
+
+
+def ca_get_across(op: Operator, bundle_out: str | None) -> Exit:
+    """The active CA of every active pool the key sees (each made on first use, as a join would)."""
+    if bundle_out:
+        raise CliError("--bundle-out writes one pool's bundle: give the pool", Exit.USAGE)
+    pools, more = op.pools_seen(active_only=True)
+    found: list[dict[str, Any]] = []
+    skipped = 0
+    now = time.time()
+    for pool in pools:
+        try:
+            item, now = _ca_answer(op, "certificateAuthorities/get", str(pool.get("poolId")), None)
+        except ApiError as refused:
+            if refused.code in ("PERMISSION_DENIED", "NOT_FOUND"):
+                skipped += 1
+                continue
+            raise
+        found.append({"poolId": pool.get("poolId"), **item})
+    if more:
+        print(f"(only the first {MAX_POOLS} pools were read: give POOL_ID for the others)", file=op.err)
+    if skipped:
+        print(f"({skipped} of {len(pools)} pools skipped: this key may not read their CAs)", file=op.err)
+    if op.json:
+        render.print_json({"certificateAuthorities": found}, op.out)
+        return Exit.OK
+    if not found:
+        print("No active pools with a CA this key can read.", file=op.out)
+        return Exit.OK
+    columns: list[Column] = [
+        ("pool", lambda c: c.get("poolId")),
+        ("ca", lambda c: _object(c.get("active")).get("caId")),
+        ("expires", lambda c: render.until(_object(c.get("active")).get("notAfter"), now)),
+        ("upstream root", lambda c: bool(_object(c.get("active")).get("upstream"))),
+        ("bundle", lambda c: len(_list(c.get("bundle")))),
+        ("pending request", lambda c: _object(c.get("pending")).get("caId")),
+    ]
+    render.print_table(columns, found, op.out)
+    return Exit.OK
