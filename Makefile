@@ -140,6 +140,7 @@ bench: setup build runtime
 	$(PY) -m tests.bench_queue_across
 	$(PY) -m tests.bench_overload
 	$(PY) -m tests.bench_junk
+	$(PY) -m tests.bench_cli_startup
 
 clean:
 	rm -rf $(VENV) .aws-sam .lambda-runtime

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,9 +17,14 @@ from typing import Any, TextIO
 from joinplane_cli import render
 from joinplane_cli.api import ApiError, Client
 from joinplane_cli.exits import CliError, Exit
+from joinplane_cli.options import described
 from joinplane_cli.render import Column
 
 API = "/api/compute"
+# A listing across pools (machines, join tokens, CAs) reads at most this many pools, in at most this
+# many pages of pools/list: a command at a terminal stays a few seconds long whatever the tenant holds.
+MAX_POOLS = 200
+MAX_POOL_PAGES = 10
 # Each list's id field, what `--quiet` prints.
 _ID_OF = {
     "requests": "requestId",
@@ -83,6 +91,72 @@ class Operator:
             if cursor in followed:
                 raise CliError(f"the server's {thing} list repeats itself (a nextCursor came back twice)")
             followed.add(cursor)
+
+    def pools_seen(self, *, active_only: bool = False) -> tuple[list[dict[str, Any]], bool]:
+        """The pools this key can see (pools/list filters them), at most `MAX_POOLS`; and whether
+        there were more than that."""
+        body: dict[str, Any] = {"state": "active"} if active_only else {}
+        seen: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_POOL_PAGES):
+            page, cursor, _now = self.pages(
+                "pools/list", body, "pools", "pool", limit=200, cursor=cursor, every=False
+            )
+            seen += page
+            if cursor is None or len(seen) >= MAX_POOLS:
+                break
+        return seen[:MAX_POOLS], cursor is not None or len(seen) > MAX_POOLS
+
+    def across_pools(
+        self,
+        route: str,
+        body: dict[str, Any],
+        key: str,
+        thing: str,
+        *,
+        limit: int | None,
+        every: bool,
+        sites: bool = False,
+    ) -> tuple[list[dict[str, Any]], float]:
+        """A list route that takes one pool (machines, join tokens), asked of every pool this key
+        sees, as the server's joinRequests/list does by itself; with `sites`, of those pools' sites
+        too. Bounded: at most `MAX_POOLS` pools, one page each unless `every`; what was left out is
+        said on stderr with the --pool that shows it. A pool whose list this key may not read
+        (a grant on pools but not on machines) is skipped and counted."""
+        pools, more_pools = self.pools_seen()
+        owners: list[tuple[str, dict[str, Any]]] = [
+            (str(p.get("poolId")), {"poolId": p.get("poolId")}) for p in pools
+        ]
+        if sites:
+            for site in sorted({str(p.get("siteId")) for p in pools if p.get("siteId")}):
+                owners.append((f"site {site}", {"siteId": site}))
+        items: list[dict[str, Any]] = []
+        unfinished: list[str] = []
+        skipped = 0
+        now = time.time()
+        for name, owner in owners:
+            try:
+                found, next_cursor, now = self.pages(
+                    route, {**body, **owner}, key, thing, limit=limit, cursor=None, every=every
+                )
+            except ApiError as refused:
+                if refused.code in ("PERMISSION_DENIED", "NOT_FOUND"):
+                    skipped += 1
+                    continue
+                raise
+            items += found
+            if next_cursor:
+                unfinished.append(name)
+        if more_pools:
+            print(f"(only the first {MAX_POOLS} pools were read: --pool POOL for the others)", file=self.err)
+        for name in unfinished:
+            option = f"--site {name[5:]}" if name.startswith("site ") else f"--pool {name}"
+            print(f"(more in {name}: {option} --all)", file=self.err)
+        if skipped:
+            print(
+                f"({skipped} of {len(owners)} skipped: this key may not list their {thing}s)", file=self.err
+            )
+        return items, now
 
     def listing(
         self,
@@ -158,12 +232,9 @@ def whoami_tenant(client: Client) -> str:
         item = client.post(f"{API}/apiKeys/whoami", {}).body
     except ApiError as failed:
         if failed.status == 404 and not failed.enveloped:
-            # Not a Joinplane API at that URL (the likelier case), or one too old to have whoami.
-            raise CliError(
-                f"{failed.message} (If it is a Joinplane API without apiKeys/whoami, pass --tenant or "
-                "set JOINPLANE_TENANT.)",
-                Exit.USAGE,
-            ) from None
+            # Not a Joinplane API at that URL (the likelier case), or one too old to have whoami: the
+            # same exit as any command's wrong-URL hint (docs/cli.md), with the way round the second.
+            failed.message += " (If it is a Joinplane API without apiKeys/whoami, pass --tenant.)"
         raise
     tenant = item.get("tenantId")
     if not isinstance(tenant, str) or not tenant:
@@ -200,6 +271,17 @@ def requests_list(
         cursor=cursor,
         every=every,
     )
+    return requests_table(op, pool, state, items, next_cursor, now)
+
+
+def requests_table(
+    op: Operator,
+    pool: str | None,
+    state: str,
+    items: list[dict[str, Any]],
+    next_cursor: str | None,
+    now: float,
+) -> Exit:
     columns: list[Column] = [
         ("request", lambda r: r.get("requestId")),
         ("state", lambda r: r.get("state")),
@@ -219,6 +301,84 @@ def requests_list(
     where = "" if state == "all" else f"{state} "
     scope = f"for pool {pool}" if pool else "in the pools this key can see"
     return op.listing(items, next_cursor, "requests", columns, f"No {where}join requests {scope}.")
+
+
+def _request_line(r: dict[str, Any]) -> str:
+    machine = _object(r.get("machine"))
+    where = r.get("poolId") or f"site {r.get('siteId')}"
+    why = render.cell([_object(x).get("code") for x in _list(r.get("reasons"))])
+    host = render.cell(machine.get("hostname"))
+    request, state = render.cell(r.get("requestId")), render.cell(r.get("state"))
+    return f"{request} {state} in {render.cell(where)} from {host} ({why})"
+
+
+def requests_watch(
+    op: Operator,
+    pool: str | None,
+    state: str,
+    interval: float,
+    *,
+    sleep: Callable[[float], object] = time.sleep,
+    rounds: int | None = None,
+) -> Exit:
+    """The queue, then each change to it as it happens, until Ctrl-C (or SIGTERM): a request that
+    arrives, one whose state changes, one that leaves the listing (decided, expired, consumed),
+    said with what became of it. The queue is read whole every `interval` (every page): a watch is
+    a person's view of a queue, not a feed to build on (that is what the security events are).
+    With -o json, one object per line: `{"type": "ADDED"|"MODIFIED"|"REMOVED", "request": {...}}`,
+    as a Kubernetes watch says it."""
+    body: dict[str, Any] = {"state": state}
+    if pool:
+        body["poolId"] = pool
+    known: dict[str, dict[str, Any]] | None = None
+    done = 0
+    while rounds is None or done < rounds:
+        items, _cursor, now = op.pages(
+            "joinRequests/list", body, "requests", "join request", limit=None, cursor=None, every=True
+        )
+        current = {str(r.get("requestId")): r for r in items}
+        if known is None:
+            if op.json:
+                for item in items:
+                    _watch_event(op, "ADDED", item, now)
+            else:
+                requests_table(op, pool, state, items, None, now)
+                every = f"{interval:g}s" if interval < 60 else render.duration(interval)
+                print(f"(watching every {every}; Ctrl-C to stop)", file=op.err)
+                op.out.flush()
+        else:
+            for request_id, item in current.items():
+                before = known.get(request_id)
+                if before is None:
+                    _watch_event(op, "ADDED", item, now)
+                elif before.get("state") != item.get("state") or before.get("poolId") != item.get("poolId"):
+                    _watch_event(op, "MODIFIED", item, now)
+            for request_id, item in known.items():
+                if request_id not in current:
+                    _watch_event(op, "REMOVED", _now_of(op, item), now)
+        known = current
+        done += 1
+        if rounds is None or done < rounds:
+            sleep(interval)
+    return Exit.OK
+
+
+def _now_of(op: Operator, item: dict[str, Any]) -> dict[str, Any]:
+    """What became of a request that left the listing (decided, expired...), or as last seen when
+    the server no longer shows it."""
+    try:
+        found, _ = op.call("joinRequests/get", {"requestId": item.get("requestId")})
+    except ApiError:
+        return item
+    return found if found.get("requestId") == item.get("requestId") else item
+
+
+def _watch_event(op: Operator, kind: str, item: dict[str, Any], now: float) -> None:
+    if op.json:
+        render.print_json_line({"type": kind, "request": item}, op.out)
+    else:
+        words = {"ADDED": "new", "MODIFIED": "now", "REMOVED": "left the list"}[kind]
+        print(f"{render.rfc3339(now)}  {words}: {_request_line(item)}", file=op.out, flush=True)
 
 
 def _request_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
@@ -249,9 +409,9 @@ def requests_get(op: Operator, pool: str | None, request_id: str) -> Exit:
     return op.show(item, f"Join request {request_id}:", pairs)
 
 
-def requests_decide(
+def _decide(
     op: Operator, verb: str, pool: str | None, request_id: str, reason: str | None, ttl: int | None
-) -> Exit:
+) -> tuple[dict[str, Any], str, float]:
     body: dict[str, Any] = {"requestId": request_id}
     if pool:
         body["poolId"] = pool
@@ -267,7 +427,49 @@ def requests_decide(
         )
     else:
         headline = f"Rejected {request_id}: the machine's retries now fail."
+    return item, headline, now
+
+
+def requests_decide(
+    op: Operator, verb: str, pool: str | None, request_id: str, reason: str | None, ttl: int | None
+) -> Exit:
+    item, headline, now = _decide(op, verb, pool, request_id, reason, ttl)
     return op.show(item, headline, _request_pairs(item, now))
+
+
+def requests_decide_each(
+    op: Operator,
+    verb: str,
+    pool: str | None,
+    request_ids: Sequence[str],
+    reason: str | None,
+    ttl: int | None,
+) -> Exit:
+    """Several requests decided in turn, each on its own: one refused (already decided, not found)
+    is said and the others are still decided; the exit is the first refusal's. A server that cannot
+    be reached ends it at once (the rest would fail the same way)."""
+    if len(request_ids) == 1:
+        return requests_decide(op, verb, pool, request_ids[0], reason, ttl)
+    decided: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    exit_code = Exit.OK
+    for request_id in dict.fromkeys(request_ids):  # the same id twice is decided once
+        try:
+            item, headline, _now = _decide(op, verb, pool, request_id, reason, ttl)
+        except ApiError as failed:
+            for line in described(failed):
+                print(f"joinplane: {request_id}: {line}", file=op.err)
+            refused.append({"requestId": request_id, "code": failed.code, "message": failed.server_message})
+            exit_code = exit_code or failed.exit_code
+            continue
+        decided.append(item)
+        if not op.json:
+            machine = _object(item.get("machine"))
+            where = f" ({machine.get('hostname') or '?'} in {item.get('poolId') or '?'})"
+            print(headline.replace(":", where + ":", 1), file=op.out)
+    if op.json:
+        render.print_json({"requests": decided, "refused": refused}, op.out)
+    return exit_code
 
 
 # --- join tokens ---------------------------------------------------------------------------
@@ -347,15 +549,24 @@ def _write_secret(path: str, text: str) -> None:
 def tokens_list(
     op: Operator, pool: str | None, site: str | None, limit: int | None, cursor: str | None, every: bool
 ) -> Exit:
-    items, next_cursor, now = op.pages(
-        "joinTokens/list",
-        _target(pool, site),
-        "joinTokens",
-        "join token",
-        limit=limit,
-        cursor=cursor,
-        every=every,
-    )
+    """A pool's or a site's join tokens, or (neither) those of every pool the key sees and of their
+    sites."""
+    _one_pool_cursor(pool, site, cursor)
+    next_cursor = None
+    if pool or site:
+        items, next_cursor, now = op.pages(
+            "joinTokens/list",
+            _target(pool, site),
+            "joinTokens",
+            "join token",
+            limit=limit,
+            cursor=cursor,
+            every=every,
+        )
+    else:
+        items, now = op.across_pools(
+            "joinTokens/list", {}, "joinTokens", "join token", limit=limit, every=every, sites=True
+        )
     columns: list[Column] = [
         ("token", lambda t: t.get("tokenId")),
         ("state", lambda t: t.get("state")),
@@ -365,7 +576,8 @@ def tokens_list(
         ("expires", lambda t: render.expiry(t.get("state"), t.get("expiresAt"), now)),
         ("description", lambda t: t.get("description")),
     ]
-    return op.listing(items, next_cursor, "joinTokens", columns, f"No join tokens for {pool or site}.")
+    where = f"for {pool or site}" if pool or site else "in the pools this key can see"
+    return op.listing(items, next_cursor, "joinTokens", columns, f"No join tokens {where}.")
 
 
 def tokens_revoke(op: Operator, token_id: str) -> Exit:
@@ -406,6 +618,7 @@ def pools_create(
     request_ttl: int | None,
     certificate_ttl: int | None,
     ca_propagation: int | None = None,
+    bootstrap: Bootstrap | None = None,
 ) -> Exit:
     body: dict[str, Any] = {
         "poolId": pool,
@@ -419,8 +632,56 @@ def pools_create(
         body["certificateTtlSeconds"] = certificate_ttl
     if ca_propagation is not None:
         body["caPropagationSeconds"] = ca_propagation
+    if bootstrap is not None:
+        body["bootstrap"] = bootstrap.fields
     item, now = op.call("pools/create", body)
+    if not _object(item.get("bootstrap")).get("controlplaneHttpUrl") and not op.json:
+        # levers9's machines find their control plane by this URL: a pool without one admits machines
+        # that have nowhere to go. Not an error (it may be set before the first token is made).
+        print(
+            f"note: pool {pool} hands its machines no controlplaneHttpUrl; set it with "
+            f"`joinplane pools update {pool} --controlplane-url URL`",
+            file=op.err,
+        )
     return op.show(item, f"Created pool {pool} in site {site}.", _pool_pairs(item, now))
+
+
+@dataclass
+class Bootstrap:
+    """The bootstrap defaults an operator gave: `fields` (from --bootstrap FILE, with
+    --controlplane-url over it), and whether they are the whole object (`whole`: the file) or
+    changes to the pool's current one (only --controlplane-url)."""
+
+    fields: dict[str, Any]
+    whole: bool
+
+
+def read_bootstrap(path: str | None, controlplane_url: str | None) -> Bootstrap | None:
+    """--bootstrap FILE (a JSON object: levers9's bootstrap fields, docs/cli.md) and --controlplane-url."""
+    if path is None and controlplane_url is None:
+        return None
+    fields: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as failed:
+            reason = failed.strerror if isinstance(failed, OSError) else "not UTF-8 text"
+            raise CliError(f"--bootstrap {path}: {reason or failed}", Exit.USAGE) from None
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise CliError(f"--bootstrap {path} is not JSON", Exit.USAGE) from None
+        if not isinstance(document, dict):
+            raise CliError(f"--bootstrap {path} must hold a JSON object (the bootstrap's fields)", Exit.USAGE)
+        fields = document
+    if controlplane_url is not None:
+        scheme = urllib.parse.urlsplit(controlplane_url)
+        if scheme.scheme not in ("http", "https") or not scheme.netloc:
+            raise CliError(
+                f"--controlplane-url must be an http:// or https:// URL, got {controlplane_url!r}", Exit.USAGE
+            )
+        fields = {**fields, "controlplaneHttpUrl": controlplane_url}
+    return Bootstrap(fields, whole=path is not None)
 
 
 def pools_update(
@@ -431,8 +692,9 @@ def pools_update(
     request_ttl: int | None,
     certificate_ttl: int | None,
     ca_propagation: int | None = None,
+    bootstrap: Bootstrap | None = None,
 ) -> Exit:
-    changes = {
+    changes: dict[str, Any] = {
         key: value
         for key, value in (
             ("name", name),
@@ -443,10 +705,18 @@ def pools_update(
         )
         if value is not None
     }
+    if bootstrap is not None and bootstrap.whole:
+        changes["bootstrap"] = bootstrap.fields
+    elif bootstrap is not None:
+        # The API replaces the bootstrap whole; one field changed keeps the others as they are now.
+        # Read, then written: two operators changing a pool's bootstrap at once, the later wins,
+        # as with --name.
+        current, _ = op.call("pools/get", {"poolId": pool})
+        changes["bootstrap"] = {**_object(current.get("bootstrap")), **bootstrap.fields}
     if not changes:
         raise CliError(
-            "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl or "
-            "--ca-propagation",
+            "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl, "
+            "--ca-propagation, --controlplane-url or --bootstrap",
             Exit.USAGE,
         )
     item, now = op.call("pools/update", {"poolId": pool, **changes})
@@ -488,25 +758,44 @@ def pools_list(
 # --- machines ------------------------------------------------------------------------------
 
 
+def _one_pool_cursor(pool: str | None, site: str | None, cursor: str | None) -> None:
+    if cursor and not pool and not site:
+        raise CliError("--cursor continues one pool's list: give its --pool as well", Exit.USAGE)
+
+
 def machines_list(
-    op: Operator, pool: str, state: str | None, limit: int | None, cursor: str | None, every: bool
+    op: Operator, pool: str | None, state: str | None, limit: int | None, cursor: str | None, every: bool
 ) -> Exit:
-    body: dict[str, Any] = {"poolId": pool}
+    """One pool's machines, or (no pool) those of every pool the key sees."""
+    _one_pool_cursor(pool, None, cursor)
+    body: dict[str, Any] = {}
     if state:
         body["state"] = state
-    items, next_cursor, now = op.pages(
-        "machines/list", body, "machines", "machine", limit=limit, cursor=cursor, every=every
-    )
+    next_cursor = None
+    if pool:
+        items, next_cursor, now = op.pages(
+            "machines/list",
+            {**body, "poolId": pool},
+            "machines",
+            "machine",
+            limit=limit,
+            cursor=cursor,
+            every=every,
+        )
+    else:
+        items, now = op.across_pools("machines/list", body, "machines", "machine", limit=limit, every=every)
     columns: list[Column] = [
         ("machine", lambda m: m.get("machineId")),
         ("state", lambda m: m.get("state")),
+        *([] if pool else [("pool", lambda m: m.get("poolId"))]),
         ("host", lambda m: m.get("hostname")),
         ("resources", _machine_line),
         ("schedulable", lambda m: m.get("schedulable")),
         ("certificate", lambda m: render.expiry(m.get("state"), m.get("certificateExpiresAt"), now)),
         ("joined", lambda m: render.since(m.get("joinedAt"), now)),
     ]
-    return op.listing(items, next_cursor, "machines", columns, f"No machines in pool {pool}.")
+    empty = f"No machines in pool {pool}." if pool else "No machines in the pools this key can see."
+    return op.listing(items, next_cursor, "machines", columns, empty)
 
 
 def machines_get(op: Operator, machine_id: str) -> Exit:
@@ -848,3 +1137,42 @@ def ca_import(op: Operator, pool: str, certificate: str, chain: str, bundle_out:
             "organisation's; new certificates chain to its root."
         )
     return op.show(item, headline, _ca_pairs(item, now))
+
+
+def ca_get_across(op: Operator, bundle_out: str | None) -> Exit:
+    """The active CA of every active pool the key sees (each made on first use, as a join would)."""
+    if bundle_out:
+        raise CliError("--bundle-out writes one pool's bundle: give the pool", Exit.USAGE)
+    pools, more = op.pools_seen(active_only=True)
+    found: list[dict[str, Any]] = []
+    skipped = 0
+    now = time.time()
+    for pool in pools:
+        try:
+            item, now = _ca_answer(op, "certificateAuthorities/get", str(pool.get("poolId")), None)
+        except ApiError as refused:
+            if refused.code in ("PERMISSION_DENIED", "NOT_FOUND"):
+                skipped += 1
+                continue
+            raise
+        found.append({"poolId": pool.get("poolId"), **item})
+    if more:
+        print(f"(only the first {MAX_POOLS} pools were read: give POOL_ID for the others)", file=op.err)
+    if skipped:
+        print(f"({skipped} of {len(pools)} pools skipped: this key may not read their CAs)", file=op.err)
+    if op.json:
+        render.print_json({"certificateAuthorities": found}, op.out)
+        return Exit.OK
+    if not found:
+        print("No active pools with a CA this key can read.", file=op.out)
+        return Exit.OK
+    columns: list[Column] = [
+        ("pool", lambda c: c.get("poolId")),
+        ("ca", lambda c: _object(c.get("active")).get("caId")),
+        ("expires", lambda c: render.until(_object(c.get("active")).get("notAfter"), now)),
+        ("upstream root", lambda c: bool(_object(c.get("active")).get("upstream"))),
+        ("bundle", lambda c: len(_list(c.get("bundle")))),
+        ("pending request", lambda c: _object(c.get("pending")).get("caId")),
+    ]
+    render.print_table(columns, found, op.out)
+    return Exit.OK

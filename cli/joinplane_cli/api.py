@@ -301,14 +301,16 @@ def _reason(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def _not_an_api(url: str, path: str, error: ApiError) -> ApiError:
+def _not_an_api(url: str, path: str, error: ApiError, url_from: str) -> ApiError:
     """A 404 for a route every Joinplane API has: the URL is something else (a typo, a path too many,
-    another service). Said as such, rather than as a bare NOT_FOUND."""
+    another service). Said as such, rather than as a bare NOT_FOUND, naming the URL and where it came
+    from (an old JOINPLANE_URL or a profile is the usual culprit, not the --url the hint would blame)."""
     return ApiError(
         404,
         "NOT_FOUND",
-        f"{url} answered 404 for POST {path}, a route every Joinplane API has: is --url the API's base URL "
-        "(http://127.0.0.1:3000 for `make run`, or the stage's API Gateway URL, with no path after it)?",
+        f"{url} answered 404 for POST {path}, a route every Joinplane API has: is {url} (from {url_from}) "
+        "the API's base URL (http://127.0.0.1:3000 for `make run`, or the stage's API Gateway URL, with no "
+        "path after it)?",
         reason=error.reason,
     )
 
@@ -342,14 +344,16 @@ class Client:
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retry: Retry | None = None,
+        url_from: str = "--url",
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise CliError(f"--url must be an http:// or https:// URL, got {url!r}", Exit.USAGE)
+            raise CliError(f"{url_from} must be an http:// or https:// URL, got {url!r}", Exit.USAGE)
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.retry = retry  # for every post that names none
+        self.url_from = url_from  # where the URL was set, for a person reading a hint about it
 
     def post(
         self,
@@ -417,7 +421,7 @@ class Client:
                     raise _redirected(self.url, failed.code, failed.headers.get("location")) from None
                 error = parse_error(failed.code, raw)
                 if error.status == 404 and not error.enveloped:
-                    raise _not_an_api(self.url, path, error) from None
+                    raise _not_an_api(self.url, path, error, self.url_from) from None
                 error.retry_after = retry_after(failed.headers.get("retry-after"))
                 error.date = failed.headers.get("date")
                 raise error from None

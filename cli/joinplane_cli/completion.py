@@ -2,8 +2,11 @@
 command or option completes without anyone editing a script.
 
 Commands, actions, options and option choices (`--state pending`, `-o json`) complete; options that
-take a file (`--dir`, `--token-file`, `--chain`...) complete file names. zsh uses the bash script
-through `bashcompinit`, which every zsh ships.
+take a file (`--token-file`, `--chain`...) complete file names, `--dir` directories. Pool ids (`--pool`,
+`pools get POOL_ID`), request ids (`requests approve REQUEST_ID...`) and machine ids are asked of the
+server by the `joinplane` being completed, with the `--url`, `--api-key`, `--profile`... already typed
+on the line and a short `--timeout`: nothing is offered when it cannot answer. zsh uses the bash
+script through `bashcompinit`, which every zsh ships.
 """
 
 from __future__ import annotations
@@ -14,8 +17,29 @@ from dataclasses import dataclass, field
 
 SHELLS = ("bash", "zsh", "fish")
 _FILES = frozenset(
-    {"--dir", "--token-file", "--token-out", "--out", "--certificate", "--chain", "--bundle-out", "--config"}
+    {
+        "--token-file",
+        "--token-out",
+        "--out",
+        "--certificate",
+        "--chain",
+        "--bundle-out",
+        "--config",
+        "--bootstrap",
+    }
 )
+_DIRECTORIES = frozenset({"--dir"})
+# Values the server knows: an option's, or a command's positional argument's (by its metavar), and
+# the listing that names them (ids only, `-q`).
+_ID_OPTIONS = {"--pool": "pools"}
+_ID_ARGUMENTS = {"POOL_ID": "pools", "REQUEST_ID": "requests", "MACHINE_ID": "machines"}
+_LISTINGS = {
+    "pools": "pools list --all -q",
+    "requests": "requests list --all -q",
+    "machines": "machines list --all -q --state active",
+}
+# The options a listing needs to reach the same server as the command being typed.
+_CONNECTION = ("--url", "--api-key", "--tenant", "--profile", "--config")
 
 
 @dataclass
@@ -27,6 +51,7 @@ class Level:
     options: dict[str, str] = field(default_factory=dict)  # option -> help
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # option -> its values
     takes_value: set[str] = field(default_factory=set)
+    ids: str | None = None  # what its positional argument names (`pools`, `requests`...), if anything
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:  # type: ignore[type-arg]
@@ -48,6 +73,8 @@ def levels(parser: argparse.ArgumentParser) -> dict[str, Level]:
                     level.takes_value.add(option)
                 if action.choices and not isinstance(action, argparse._SubParsersAction):
                     level.choices[option] = tuple(str(c) for c in action.choices)
+            if not action.option_strings and isinstance(action.metavar, str):
+                level.ids = _ID_ARGUMENTS.get(action.metavar, level.ids)
         sub = _subparsers(current)
         if sub is None:
             return
@@ -76,8 +103,36 @@ def bash(parser: argparse.ArgumentParser) -> str:
         words = [*level.children, *sorted(o for o in level.options if o.startswith("--"))]
         word_cases.append(f'        "{path}") words="{_words(words)}";;')
     files = "|".join(f'*"|{option}"' for option in sorted(_FILES))
+    directories = "|".join(f'*"|{option}"' for option in sorted(_DIRECTORIES))
+    id_options = "\n".join(
+        f'        *"|{option}") COMPREPLY=($(compgen -W "$(_joinplane_ids {kind})" -- "$cur")); return;;'
+        for option, kind in sorted(_ID_OPTIONS.items())
+    )
+    id_arguments = "\n".join(
+        f'        "{path}") COMPREPLY=($(compgen -W "$(_joinplane_ids {level.ids})" -- "$cur")); return;;'
+        for path, level in sorted(table.items())
+        if level.ids
+    )
+    listings = "\n".join(f"        {kind}) set -- {words};;" for kind, words in sorted(_LISTINGS.items()))
+    connection = "|".join(_CONNECTION)
     return f"""\
 # joinplane completion for bash (and zsh through bashcompinit): source <(joinplane completion bash)
+_joinplane_ids() {{
+    # The ids a listing names, asked of the server the line being typed would reach.
+    local -a reach=()
+    local i word
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        word=${{COMP_WORDS[i]}}
+        case "$word" in
+            {connection}) reach+=("$word" "${{COMP_WORDS[i+1]}}");;
+            {"|".join(o + "=*" for o in _CONNECTION)}) reach+=("$word");;
+        esac
+    done
+    case "$1" in
+{listings}
+    esac
+    "${{COMP_WORDS[0]}}" "${{reach[@]}}" "$@" --timeout 3s 2>/dev/null
+}}
 _joinplane() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}}
     local path="" depth=0 skip=0 i word words=""
@@ -93,7 +148,14 @@ _joinplane() {{
     case "$path|$prev" in
 {chr(10).join(value_cases)}
         {files}) COMPREPLY=($(compgen -f -- "$cur")); return;;
+        {directories}) COMPREPLY=($(compgen -d -- "$cur")); return;;
+{id_options}
     esac
+    if [[ $cur != -* ]]; then
+        case "$path" in
+{id_arguments}
+        esac
+    fi
     case "$path" in
 {chr(10).join(word_cases)}
     esac
@@ -112,6 +174,11 @@ def zsh(parser: argparse.ArgumentParser) -> str:
 
 def _fish_text(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _fish_listing(kind: str) -> str:
+    # fish cannot easily pass on the options already typed; the environment and the profile apply.
+    return f"(joinplane {_LISTINGS[kind]} --timeout 3s 2>/dev/null)"
 
 
 def fish(parser: argparse.ArgumentParser) -> str:
@@ -135,12 +202,18 @@ def fish(parser: argparse.ArgumentParser) -> str:
             condition += f"; and __fish_seen_subcommand_from {parts[1]}"
         for child, text in level.children.items():
             lines.append(f"complete -c joinplane -n '{condition}' -a {child} -d {_fish_text(text)}")
+        if level.ids:
+            lines.append(f"complete -c joinplane -n '{condition}' -a {_fish_text(_fish_listing(level.ids))}")
         for option, text in sorted(level.options.items()):
             if not option.startswith("--") or option == "--help":
                 continue
             spec = f"-l {option[2:]}"
             if option in level.choices:
                 spec += f" -xa {_fish_text(_words(level.choices[option]))}"
+            elif option in _ID_OPTIONS:
+                spec += f" -xa {_fish_text(_fish_listing(_ID_OPTIONS[option]))}"
+            elif option in _DIRECTORIES:
+                spec += " -xa '(__fish_complete_directories)'"
             elif option in _FILES:
                 spec += " -rF"
             elif option in level.takes_value:

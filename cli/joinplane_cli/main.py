@@ -14,14 +14,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from joinplane_cli import admin, agent, completion, options, service
+from joinplane_cli import completion, options
 from joinplane_cli.api import DEFAULT_TIMEOUT, OPERATOR_RETRY, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
+
+if TYPE_CHECKING:
+    from joinplane_cli import admin
+
+# The commands' own modules (admin, agent, service) are imported by their handlers: `--version`,
+# `--help` and completion never load `cryptography` or the agent (docs/decisions.md, "The CLI's parser").
 
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
@@ -30,6 +37,8 @@ settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_A
             JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
             ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
 durations:  seconds, or 90s, 90m, 1h, 1h30m, 1d, 2w.
+shared:     --url, --timeout, -o, --profile, --config, --api-key, --tenant and --pool may stand
+            before COMMAND as well as after it (after it wins).
 """
 
 
@@ -59,22 +68,31 @@ def _positive(text: str) -> float:
 
 
 class Defaults:
-    """Each option's default: its environment variable, else the config file's profile."""
+    """Each option's default: its environment variable, else the config file's profile.
 
-    def __init__(self, chosen: Mapping[str, Any]) -> None:
+    The options every command shares (`--url`, `-o`, `--profile`, `--api-key`...) are accepted before
+    the command as well as after it, as kubectl's and step's are: the top-level parser holds their
+    defaults, and each command's copy is `suppressed` (argparse.SUPPRESS), so that a command only sets
+    what was typed after it and never overwrites `joinplane -o json pools list`'s `-o json`."""
+
+    def __init__(self, chosen: Mapping[str, Any], *, suppressed: bool = False) -> None:
         self.chosen = chosen
+        self.suppressed = suppressed
 
     def __call__(self, key: str) -> Any:
         return self.chosen.get(key)
 
+    def default(self, value: Any) -> Any:
+        return argparse.SUPPRESS if self.suppressed else value
+
 
 def _server_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--url", default=d("url"), help="the API's base URL (env JOINPLANE_URL)")
+    parent.add_argument("--url", default=d.default(d("url")), help="the API's base URL (env JOINPLANE_URL)")
     parent.add_argument(
         "--timeout",
         type=_positive,
-        default=options.seconds(d("timeout")) if d("timeout") else DEFAULT_TIMEOUT,
+        default=d.default(options.seconds(d("timeout")) if d("timeout") else DEFAULT_TIMEOUT),
         metavar="DURATION",
         help=f"how long to wait for each HTTP answer (default {DEFAULT_TIMEOUT:.0f}s)",
     )
@@ -82,25 +100,31 @@ def _server_options(d: Defaults) -> argparse.ArgumentParser:
         "-o",
         "--output",
         choices=("table", "json"),
-        default=d("output") or "table",
+        default=d.default(d("output") or "table"),
         help="table (for people, the default) or json (for scripts)",
     )
-    parent.add_argument("--profile", help="the config file's profile to use (env JOINPLANE_PROFILE)")
-    parent.add_argument("--config", metavar="FILE", help="the config file (env JOINPLANE_CONFIG)")
+    parent.add_argument(
+        "--profile",
+        default=d.default(None),
+        help="the config file's profile to use (env JOINPLANE_PROFILE)",
+    )
+    parent.add_argument(
+        "--config", default=d.default(None), metavar="FILE", help="the config file (env JOINPLANE_CONFIG)"
+    )
     return parent
 
 
 def _operator_options(d: Defaults) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
-        "--api-key", default=d("api-key"), help="operator API key jpk_... (env JOINPLANE_API_KEY)"
+        "--api-key", default=d.default(d("api-key")), help="operator API key jpk_... (env JOINPLANE_API_KEY)"
     )
     parent.add_argument(
         "--tenant",
-        default=d("tenant"),
+        default=d.default(d("tenant")),
         help="tenant id (env JOINPLANE_TENANT); default: the API key's own tenant",
     )
-    parent.add_argument("--pool", default=d("pool"), help="pool id (env JOINPLANE_POOL)")
+    parent.add_argument("--pool", default=d.default(d("pool")), help="pool id (env JOINPLANE_POOL)")
     return parent
 
 
@@ -128,8 +152,12 @@ def _api_key(args: argparse.Namespace) -> str:
 
 
 def _operator(args: argparse.Namespace) -> admin.Operator:
+    from joinplane_cli import admin
+
     url = _need(args.url, "--url", "JOINPLANE_URL")
-    client = Client(url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY)
+    client = Client(
+        url, api_key=_api_key(args), timeout=args.timeout, retry=OPERATOR_RETRY, url_from=args.url_from
+    )
     tenant = args.tenant or admin.whoami_tenant(client)
     return admin.Operator(client, tenant, args.output, quiet=getattr(args, "quiet", False))
 
@@ -159,6 +187,8 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _join(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import agent
+
     token = _token(args)
     join_options = agent.JoinOptions(
         url=_need(args.url, "--url", "JOINPLANE_URL"),
@@ -177,6 +207,8 @@ def _join(args: argparse.Namespace) -> Exit:
 
 
 def _agent(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import service
+
     service_options = service.ServiceOptions(
         url=args.url,
         token=None if args.print_systemd_unit else _token(args),
@@ -192,6 +224,8 @@ def _agent(args: argparse.Namespace) -> Exit:
 
 
 def _renew(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import agent
+
     return agent.renew(
         agent.RenewOptions(
             url=args.url,
@@ -204,22 +238,28 @@ def _renew(args: argparse.Namespace) -> Exit:
 
 
 def _requests(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
+    if args.action == "list" and args.watch:
+        return admin.requests_watch(op, args.pool, args.state, args.interval)
     if args.action == "list":
         return admin.requests_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
     if args.action == "get":
         return admin.requests_get(op, args.pool, args.request_id)
     ttl = getattr(args, "ttl", None)
-    return admin.requests_decide(op, args.action, args.pool, args.request_id, args.reason, ttl)
+    return admin.requests_decide_each(op, args.action, args.pool, args.request_id, args.reason, ttl)
 
 
 def _tokens(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "revoke":
         return admin.tokens_revoke(op, args.token_id)
+    if args.action == "list":  # neither --pool nor --site: every pool the key sees
+        return admin.tokens_list(op, args.pool, args.site, args.limit, args.cursor, args.every)
     pool = None if args.site else _pool(args)
-    if args.action == "list":
-        return admin.tokens_list(op, pool, args.site, args.limit, args.cursor, args.every)
     return admin.tokens_create(
         op,
         pool,
@@ -236,10 +276,15 @@ def _tokens(args: argparse.Namespace) -> Exit:
 
 
 def _pools(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "list":
         return admin.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
     pool = args.pool_id or _pool(args)
+    bootstrap = admin.read_bootstrap(
+        getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
+    )
     if args.action == "create":
         site = _need(args.site, "--site", "a site id", configurable=False)
         return admin.pools_create(
@@ -251,6 +296,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.join_request_ttl,
             args.certificate_ttl,
             args.ca_propagation,
+            bootstrap,
         )
     if args.action == "update":
         return admin.pools_update(
@@ -261,6 +307,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.join_request_ttl,
             args.certificate_ttl,
             args.ca_propagation,
+            bootstrap,
         )
     if args.action == "get":
         return admin.pools_get(op, pool)
@@ -268,15 +315,19 @@ def _pools(args: argparse.Namespace) -> Exit:
 
 
 def _machines(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "list":
-        return admin.machines_list(op, _pool(args), args.state, args.limit, args.cursor, args.every)
+        return admin.machines_list(op, args.pool, args.state, args.limit, args.cursor, args.every)
     if args.action == "get":
         return admin.machines_get(op, args.machine_id)
     return admin.machines_revoke(op, args.machine_id, args.reason)
 
 
 def _apikeys(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
     if args.action == "create":
         return admin.apikeys_create(op, args.grant, args.description)
@@ -288,7 +339,11 @@ def _apikeys(args: argparse.Namespace) -> Exit:
 
 
 def _ca(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     op = _operator(args)
+    if args.action == "get" and not (args.pool_id or args.pool):
+        return admin.ca_get_across(op, args.bundle_out)  # every active pool the key sees
     pool = args.pool_id or _pool(args)
     if args.action == "get":
         return admin.ca_get(op, pool, args.bundle_out)
@@ -302,6 +357,8 @@ def _ca(args: argparse.Namespace) -> Exit:
 
 
 def _audit(args: argparse.Namespace) -> Exit:
+    from joinplane_cli import admin
+
     return admin.audit_list(_operator(args), args.pool, args.detail_type, args.limit, args.cursor, args.every)
 
 
@@ -317,20 +374,21 @@ def _pool_id_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pool_id", metavar="POOL_ID", nargs="?", help="the pool (default: --pool)")
 
 
-def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
-    """The parser; `chosen` are the option defaults from the environment and the config file."""
-    d = Defaults(options.defaults({}, os.environ) if chosen is None else chosen)
-    server, operator, paging = _server_options(d), _operator_options(d), _paging_options()
-    parser = argparse.ArgumentParser(
-        prog="joinplane",
-        description="Join machines to Joinplane pools, keep their certificates fresh, decide their joins.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
+@dataclass
+class Parents:
+    """What every command's parser is built from: the subcommands it joins, the option groups its
+    options come from, and the defaults."""
 
+    commands: Any  # argparse's _SubParsersAction
+    d: Defaults
+    server: argparse.ArgumentParser
+    operator: argparse.ArgumentParser
+    paging: argparse.ArgumentParser
+    default_directory: str
+
+
+def _join_command(p: Parents) -> None:
+    commands, server, d, default_directory = p.commands, p.server, p.d, p.default_directory
     join = commands.add_parser(
         "join",
         parents=[server],
@@ -373,6 +431,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
     join.set_defaults(handler=_join)
 
+
+def _agent_command(p: Parents) -> None:
+    commands, server, d, default_directory = p.commands, p.server, p.d, p.default_directory
     service_mode = commands.add_parser(
         "agent",
         parents=[server],
@@ -406,6 +467,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     service_mode.set_defaults(handler=_agent)
 
+
+def _renew_command(p: Parents) -> None:
+    commands, server, default_directory = p.commands, p.server, p.default_directory
     renew = commands.add_parser(
         "renew",
         parents=[server],
@@ -418,6 +482,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     renew.add_argument("--rotate-key", action="store_true", help="replace the machine's key as well")
     renew.set_defaults(handler=_renew)
 
+
+def _requests_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     requests = commands.add_parser("requests", help="the join-request queue (list, get, approve, reject)")
     actions = requests.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser(
@@ -431,10 +498,22 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         choices=("pending", "approved", "rejected", "expired", "consumed", "all"),
         help="which requests (default pending)",
     )
+    listing.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, show each change to it until Ctrl-C"
+    )
+    listing.add_argument(
+        "--interval",
+        type=_positive,
+        default=5.0,
+        metavar="DURATION",
+        help="with --watch: how often the queue is read (default 5s)",
+    )
     one = actions.add_parser("get", parents=[server, operator], help="show one join request")
     one.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
-    approve = actions.add_parser("approve", parents=[server, operator], help="approve a pending request")
-    approve.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
+    approve = actions.add_parser(
+        "approve", parents=[server, operator], help="approve pending requests (one or several)"
+    )
+    approve.add_argument("request_id", metavar="REQUEST_ID", nargs="+", help="the requests, jreq_...")
     approve.add_argument(
         "--ttl",
         type=options.whole_seconds,
@@ -442,11 +521,14 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         help="how long the machine has to use the approval (server default 1h)",
     )
     approve.add_argument("--reason", help="recorded with the decision")
-    reject = actions.add_parser("reject", parents=[server, operator], help="reject a request")
-    reject.add_argument("request_id", metavar="REQUEST_ID", help="the request, jreq_...")
+    reject = actions.add_parser("reject", parents=[server, operator], help="reject requests (one or several)")
+    reject.add_argument("request_id", metavar="REQUEST_ID", nargs="+", help="the requests, jreq_...")
     reject.add_argument("--reason", help="shown to the machine and recorded")
     requests.set_defaults(handler=_requests)
 
+
+def _tokens_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     tokens = commands.add_parser("tokens", help="join tokens (create, list, revoke)")
     actions = tokens.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[server, operator], help="create a join token")
@@ -477,12 +559,19 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         metavar="FILE",
         help="write the token to FILE (mode 0600) instead of showing it; join with --token-file FILE",
     )
-    listing = actions.add_parser("list", parents=[server, operator, paging], help="list join tokens")
+    listing = actions.add_parser(
+        "list",
+        parents=[server, operator, paging],
+        help="list join tokens (of --pool or --site, or of every pool the key sees and their sites)",
+    )
     listing.add_argument("--site", help="a site's tokens instead of --pool's")
     revoke = actions.add_parser("revoke", parents=[server, operator], help="revoke a join token")
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id, jtok_... (not the secret)")
     tokens.set_defaults(handler=_tokens)
 
+
+def _pools_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive)")
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
@@ -518,6 +607,17 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
             metavar="DURATION",
             help="how long a rotated CA is in the bundle before it signs, 5m to 30d (server default 1d)",
         )
+        change.add_argument(
+            "--controlplane-url",
+            metavar="URL",
+            help="the control plane machines are sent to (the bootstrap's controlplaneHttpUrl)",
+        )
+        change.add_argument(
+            "--bootstrap",
+            metavar="FILE",
+            help="a JSON object of the bootstrap handed to machines"
+            + (" (replaces the pool's whole bootstrap)" if name == "update" else ""),
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")
     listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
@@ -526,9 +626,16 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         _pool_id_argument(one)
     pools.set_defaults(handler=_pools)
 
+
+def _machines_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     machines = commands.add_parser("machines", help="joined machines (list, get, revoke)")
     actions = machines.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", parents=[server, operator, paging], help="list a pool's machines")
+    listing = actions.add_parser(
+        "list",
+        parents=[server, operator, paging],
+        help="list machines (of --pool, or of every pool the key sees)",
+    )
     listing.add_argument("--state", choices=("active", "revoked", "all"), help="only machines in this state")
     one = actions.add_parser("get", parents=[server, operator], help="show one machine")
     one.add_argument("machine_id", metavar="MACHINE_ID", help="the machine, mach_...")
@@ -537,6 +644,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     revoke.add_argument("--reason", help="recorded with the revocation")
     machines.set_defaults(handler=_machines)
 
+
+def _apikeys_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     apikeys = commands.add_parser("apikeys", help="operator API keys (create, list, revoke, whoami)")
     actions = apikeys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[server, operator], help="create an API key")
@@ -554,12 +664,19 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     actions.add_parser("whoami", parents=[server, operator], help="show the API key in use: tenant, grants")
     apikeys.set_defaults(handler=_apikeys)
 
+
+def _ca_command(p: Parents) -> None:
+    commands, server, operator = p.commands, p.server, p.operator
     authorities = commands.add_parser(
         "ca", help="a pool's certificate authority (get, rotate, activate, create-csr, import)"
     )
     actions = authorities.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
-        ("get", "show the pool's CAs (active, prepared, retired; made on first use) and its trust bundle"),
+        (
+            "get",
+            "the pool's CAs (active, prepared, retired; made on first use) and its trust bundle; "
+            "without a pool, every pool's",
+        ),
         (
             "rotate",
             "prepare a new CA key: in the bundle now, signing after the pool's propagation period; "
@@ -604,6 +721,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     one.add_argument("--bundle-out", metavar="FILE", help="write the pool's trust bundle (PEM) to FILE")
     authorities.set_defaults(handler=_ca)
 
+
+def _audit_command(p: Parents) -> None:
+    commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
     audit = commands.add_parser("audit", help="security events (list)")
     actions = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list events, newest first")
@@ -612,6 +732,9 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     audit.set_defaults(handler=_audit)
 
+
+def _completion_command(p: Parents) -> None:
+    commands = p.commands
     shells = commands.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or fish)",
@@ -619,6 +742,43 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     shells.add_argument("shell", choices=completion.SHELLS, help="the shell to complete in")
     shells.set_defaults(handler=_completion)
+
+
+COMMANDS = (
+    _join_command,
+    _agent_command,
+    _renew_command,
+    _requests_command,
+    _tokens_command,
+    _pools_command,
+    _machines_command,
+    _apikeys_command,
+    _ca_command,
+    _audit_command,
+    _completion_command,
+)
+
+
+def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The parser; `chosen` are the option defaults from the environment and the config file."""
+    chosen = options.defaults({}, os.environ) if chosen is None else chosen
+    top, d = Defaults(chosen), Defaults(chosen, suppressed=True)
+    parser = argparse.ArgumentParser(
+        prog="joinplane",
+        description="Join machines to Joinplane pools, keep their certificates fresh, decide their joins.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_server_options(top), _operator_options(top)],
+    )
+    parser.add_argument("--version", action="version", version=f"joinplane {VERSION}")
+    parser.set_defaults(url_from=chosen.get("url-from") or "--url")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    default_directory = str(Path(d("dir")).expanduser()) if d("dir") else str(default_dir())
+    parents = Parents(
+        commands, d, _server_options(d), _operator_options(d), _paging_options(), default_directory
+    )
+    for add in COMMANDS:
+        add(parents)
     return parser
 
 
@@ -633,11 +793,19 @@ def _settings(argv: Sequence[str]) -> dict[str, Any]:
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--profile")
     early.add_argument("--config")
+    early.add_argument("--url")
     known, _ = early.parse_known_args(argv)
     path = Path(known.config).expanduser() if known.config else options.config_path(os.environ)
     profile = known.profile or os.environ.get("JOINPLANE_PROFILE") or None
     loaded = options.load_profile(path, profile, explicit=bool(known.config))
-    return options.defaults(loaded, os.environ)
+    chosen = options.defaults(loaded, os.environ)
+    if known.url:
+        chosen["url-from"] = "--url"
+    elif os.environ.get("JOINPLANE_URL"):
+        chosen["url-from"] = "JOINPLANE_URL"
+    elif loaded.get("url"):
+        chosen["url-from"] = f"url of [{profile or 'default'}] in {path}"
+    return chosen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -654,11 +822,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ApiError as failed:
-        print(f"joinplane: {failed.message}", file=sys.stderr)
-        # One field error is the message already; several are listed one per line.
-        for detail in failed.details if len(failed.details) > 1 else []:
-            if isinstance(detail, dict) and "field" in detail:
-                print(f"  {detail.get('field')}: {detail.get('reason', '')}", file=sys.stderr)
+        for line in options.described(failed):
+            print(f"joinplane: {line}", file=sys.stderr)
         return int(failed.exit_code)
     except CliError as failed:
         print(f"joinplane: {failed.message}", file=sys.stderr)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from joinplane_cli.api import ApiError
 from joinplane_cli.exits import CliError, Exit
 
 # Config keys, each standing in for the option of the same name (and its environment variable).
@@ -155,3 +156,93 @@ def defaults(profile: Mapping[str, str], environ: Mapping[str, str]) -> dict[str
         value = environ.get(variable) if variable else None
         chosen[key] = value or profile.get(key)
     return chosen
+
+
+# --- the API's field names, as the options a person typed ------------------------------------
+
+# Each request field an option sets. A refusal names the field (`ttlSeconds`); the person typed the
+# option (`--ttl`), so that is what they read.
+OPTION_OF = {
+    "ttlSeconds": "--ttl",
+    "maxUses": "--max-uses",
+    "joinRequestTtlSeconds": "--join-request-ttl",
+    "certificateTtlSeconds": "--certificate-ttl",
+    "caPropagationSeconds": "--ca-propagation",
+    "workspaceId": "--workspace",
+    "name": "--name",
+    "siteId": "--site",
+    "poolId": "--pool",
+    "tenantId": "--tenant",
+    "description": "--description",
+    "reason": "--reason",
+    "requestId": "REQUEST_ID",
+    "machineId": "MACHINE_ID",
+    "tokenId": "TOKEN_ID",
+    "keyId": "KEY_ID",
+    "limit": "--limit",
+    "cursor": "--cursor",
+    "state": "--state",
+    "detailType": "--detail-type",
+    "grants": "--grant",
+    "attestation.discovery": "--discovery",
+    "attestation.tpm": "--tpm",
+    "attestation.identity": "--identity",
+    "bootstrap.controlplaneHttpUrl": "--controlplane-url",
+    "bootstrap": "--bootstrap",
+    "certificate": "--certificate",
+    "chain": "--chain",
+}
+_DURATIONS = frozenset(
+    {"ttlSeconds", "joinRequestTtlSeconds", "certificateTtlSeconds", "caPropagationSeconds"}
+)
+_BOUND = re.compile(r"Input should be (greater|less) than( or equal to)? (-?\d+)")
+
+
+def option_of(field: str) -> str:
+    """The option (or argument) that set `field`; a field no option sets (inside a --bootstrap file,
+    `grants.2`) is named by its nearest ancestor that has one, then the field itself."""
+    if field in OPTION_OF:
+        return OPTION_OF[field]
+    parts = field.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:end])
+        if parent in OPTION_OF:
+            return f"{OPTION_OF[parent]} ({'.'.join(parts[end:])})"
+    return field
+
+
+def spoken(seconds: int) -> str:
+    """A whole number of seconds in the largest unit it is whole in, as the options take them: 1m, 30d."""
+    for unit, size in (("w", 7 * 86_400), ("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def reason_for_option(field: str, reason: str) -> str:
+    """The server's reason about `field`, its bounds said as the option takes them (`at least 1m`)."""
+
+    def bound(match: re.Match[str]) -> str:
+        number = int(match.group(3))
+        shown = spoken(number) if field.split(".")[-1] in _DURATIONS else str(number)
+        if match.group(2):
+            return f"must be at {'least' if match.group(1) == 'greater' else 'most'} {shown}"
+        return f"must be {'more' if match.group(1) == 'greater' else 'less'} than {shown}"
+
+    return _BOUND.sub(bound, reason)
+
+
+def described(failed: ApiError) -> list[str]:
+    """What to print of a refusal, one line each: a refused field as the option that set it
+    (`--ttl: must be at least 1m`), anything else as the server's `CODE: message`."""
+    fields = [d for d in failed.details if isinstance(d, dict) and isinstance(d.get("field"), str)]
+    if failed.code != "INVALID_ARGUMENT" or not fields:
+        return [failed.message]
+    lines = []
+    for detail in fields:
+        field, reason = detail["field"], str(detail.get("reason", ""))
+        headline = f"invalid request: {field}: "
+        if len(fields) == 1 and failed.server_message.startswith(headline):
+            reason = failed.server_message.removeprefix(headline)  # the fuller of the two
+        lines.append(f"{option_of(field)}: {reason_for_option(field, reason)}")
+    return lines

@@ -136,6 +136,11 @@ def print_json(value: Any, out: TextIO | None = None) -> None:
     print(json.dumps(value, indent=2, sort_keys=False), file=out or sys.stdout)
 
 
+def print_json_line(value: Any, out: TextIO | None = None) -> None:
+    """One JSON document on one line, flushed: a line of a stream another program reads as it comes."""
+    print(json.dumps(value, separators=(",", ":")), file=out or sys.stdout, flush=True)
+
+
 def fields(pairs: Sequence[tuple[str, Any]], out: TextIO | None = None) -> None:
     """`name  value` lines, names aligned: one object shown to a person."""
     width = max((len(name) for name, _ in pairs), default=0)

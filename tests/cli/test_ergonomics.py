@@ -133,6 +133,7 @@ def test_a_token_in_the_wrong_place_and_a_url_that_is_not_the_api_get_a_hint(
     assert "--api-key is a join token (jpt_...), not an API key" in token_as_key.err
     assert wrong_url.code == 1
     assert "answered 404 for POST /api/compute/pools/list, a route every Joinplane API has" in wrong_url.err
+    assert f"is {cli.runtime.url}/v1 (from JOINPLANE_URL) the API's base URL" in wrong_url.err
 
 
 def test_settings_come_from_the_config_files_profile_below_options_and_variables(

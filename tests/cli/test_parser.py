@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from joinplane_cli import completion, main, options
+from joinplane_cli.api import ApiError
 from joinplane_cli.version import VERSION
 from tests.support.runtime import command
 
@@ -140,3 +141,52 @@ def test_a_config_file_that_cannot_be_used_is_a_usage_error_not_a_traceback(
     assert code == 2, err
     assert said in err and str(config) in err
     assert "Traceback" not in err
+
+
+CHOSEN = {"url": "http://127.0.0.1:3000", "output": None, "timeout": None, "pool": "from-env"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-o", "json", "pools", "list"], {"output": "json", "pool": "from-env"}),
+        (["pools", "list", "-o", "json"], {"output": "json"}),
+        (["--profile", "lab", "--pool", "p1", "machines", "list"], {"profile": "lab", "pool": "p1"}),
+        (["-o", "json", "pools", "list", "-o", "table"], {"output": "table"}),
+        (["--timeout", "5s", "requests", "approve", "jreq_a", "jreq_b"], {"timeout": 5.0}),
+        (["requests", "list"], {"output": "table", "url": "http://127.0.0.1:3000", "timeout": 30.0}),
+    ],
+)
+def test_shared_options_count_before_the_command_and_after_it_wins(
+    argv: list[str], expected: dict[str, object]
+) -> None:
+    # When a command line is parsed, Then each shared option holds what was typed, wherever it stood
+    parsed = vars(main.build_parser(CHOSEN).parse_args(argv))
+    assert {key: parsed[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("field", "reason", "said"),
+    [
+        ("ttlSeconds", "Input should be greater than or equal to 60", "--ttl: must be at least 1m"),
+        ("ttlSeconds", "Input should be less than or equal to 2592000", "--ttl: must be at most 30d"),
+        ("certificateTtlSeconds", "Input should be greater than or equal to 300",
+         "--certificate-ttl: must be at least 5m"),
+        ("maxUses", "Input should be less than or equal to 10000", "--max-uses: must be at most 10000"),
+        ("bootstrap.telemetry.enabled", "Input should be a valid boolean",
+         "--bootstrap (telemetry.enabled): Input should be a valid boolean"),
+        ("somethingNew", "Field required", "somethingNew: Field required"),
+    ],
+)  # fmt: skip
+def test_a_refused_field_is_said_as_the_option_that_sets_it(field: str, reason: str, said: str) -> None:
+    # Given the server's refusal of one field
+    refusal = ApiError(
+        400, "INVALID_ARGUMENT", f"invalid request: {field}: {reason}", [{"field": field, "reason": reason}]
+    )
+    # When the CLI says it, Then it names the option, with durations in the options' units
+    assert options.described(refusal) == [said]
+
+
+def test_a_refusal_without_fields_is_said_as_the_server_said_it() -> None:
+    refusal = ApiError(409, "INVALID_STATE", "join request is rejected")
+    assert options.described(refusal) == ["INVALID_STATE: join request is rejected"]
