@@ -62,6 +62,13 @@ def view(request: JoinRequest) -> views.JoinRequest:
         "reason": request.reason,
         "consumedAt": request.consumed_at,
         "machineId": request.machine_id,
+        "tokenId": request.token_id,
+        "tokenDescription": request.token_description,
+        "sourceIp": request.source_ip,
+        "verdicts": [
+            {"attestor": v.attestor, "verdict": v.verdict}  # type: ignore[typeddict-item]
+            for v in request.verdicts
+        ],
     }
 
 
