@@ -97,32 +97,39 @@ def no_horizontal_scroll(page: Any) -> bool:
 
 
 # Every rendered word (a run of non-space characters in one text node) whose glyphs sit on more than
-# one line: a label broken as "Appro/ve", an id or a pool name cut in two. Words inside `exempt`
-# elements are not reported.
-_BROKEN_WORDS = """(exempt) => {
+# one line: a label broken as "Appro/ve", an id or a pool name cut in two. With `fit`, a word wider
+# than the block it is laid out in (a phone's card, whose width no neighbour squeezes) is not
+# reported: it cannot fit on one line there.
+_BROKEN_WORDS = """(fit) => {
   const broken = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const range = document.createRange();
+  const block = (el) => {
+    while (el.parentElement && getComputedStyle(el).display.startsWith("inline")) el = el.parentElement;
+    return el;
+  };
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const el = node.parentElement;
-    if (!el || el.closest("option, script, style, .visually-hidden")) continue;
-    if (exempt && el.closest(exempt)) continue;
-    if (!el.getClientRects().length) continue;
+    if (!el || el.closest("option, script, style, .visually-hidden") || !el.getClientRects().length) continue;
     for (const match of node.data.matchAll(/\\S{2,}/g)) {
       range.setStart(node, match.index);
       range.setEnd(node, match.index + match[0].length);
-      const tops = [...range.getClientRects()].filter((r) => r.width > 0).map((r) => r.top);
-      if (tops.length > 1 && Math.max(...tops) - Math.min(...tops) > 2) broken.push(match[0]);
+      const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+      const tops = rects.map((r) => r.top);
+      if (tops.length < 2 || Math.max(...tops) - Math.min(...tops) <= 2) continue;
+      const width = rects.reduce((sum, r) => sum + r.width, 0);
+      if (fit && width > block(el).clientWidth) continue;
+      broken.push(`${match[0]} (${el.tagName.toLowerCase()}.${el.className})`);
     }
   }
   return broken;
 }"""
 
 
-def broken_words(page: Any, exempt: str | None = None) -> list[str]:
+def broken_words(page: Any, fit: bool = False) -> list[str]:
     """The words the page shows broken across lines (see _BROKEN_WORDS); none, on a page that
-    lays out well. `exempt`: a CSS selector whose words may break (a phone's long hashes)."""
-    return list(page.evaluate(_BROKEN_WORDS, exempt))
+    lays out well. `fit`: except the words too wide for their block (on a phone)."""
+    return list(page.evaluate(_BROKEN_WORDS, fit))
 
 
 def page_width(page: Any) -> int:

@@ -1,5 +1,5 @@
 import { call } from "./api.js";
-import { clear, field, h, select } from "./dom.js";
+import { clear, field, h, select, words } from "./dom.js";
 import { stamp, when } from "./format.js";
 import { keyLabel, keysOf } from "./keys.js";
 import { poolsOf } from "./pools_cache.js";
@@ -95,7 +95,7 @@ function summary(event, seen, keys) {
   if (actor) parts.push(" by ", keyLabel(keys, actor));
   if (reason) parts.push(`: “${reason}”`);
   if (!reason && d.reasons && d.reasons.length) parts.push(` (${d.reasons.map((r) => r.message || r.code).join("; ")})`);
-  return parts;
+  return parts.map((part) => (typeof part === "string" ? words(part) : part));
 }
 
 export function render(context, root) {
@@ -129,7 +129,7 @@ export function render(context, root) {
         h("dl", { class: "facts" }, [
           [h("dt", { text: "Occurred" }), h("dd", {}, stamp(event.occurredAt))],
           [h("dt", { text: "Event" }), h("dd", { text: event.eventId })],
-          ...details.map(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]),
+          ...details.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, words(typeof v === "string" ? v : JSON.stringify(v)))]),
         ]),
       ),
     );

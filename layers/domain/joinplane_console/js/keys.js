@@ -1,5 +1,5 @@
 import { all } from "./api.js";
-import { h } from "./dom.js";
+import { h, words } from "./dom.js";
 
 // Who decided: the API names a key by its id; an operator knows it by its description. The tenant's
 // key list is read once per sign-in when this key may read it; the signed-in key is always known.
@@ -37,6 +37,6 @@ export function keyName(keys, keyId, { full = false } = {}) {
   if (!keyId) return "—";
   const description = ACTORS.has(keyId) ? null : keys.get(keyId);
   if (!description) return ACTORS.has(keyId) ? keyId : h("code", { text: keyId });
-  if (!full) return h("span", { class: "key", title: keyId, text: description });
-  return h("span", { class: "key" }, description, " ", h("code", { class: "muted", text: keyId }));
+  if (!full) return h("span", { class: "key", title: keyId }, words(description));
+  return h("span", { class: "key" }, words(description), " ", h("code", { class: "muted", text: keyId }));
 }

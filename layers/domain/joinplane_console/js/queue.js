@@ -1,6 +1,6 @@
 import { all } from "./api.js";
 import { decide, host } from "./decide.js";
-import { announce, clear, field, h, row, select, table } from "./dom.js";
+import { announce, clear, field, h, hostname, row, select, table, words } from "./dom.js";
 import { badge, resources, when } from "./format.js";
 import { keyName, keysOf } from "./keys.js";
 
@@ -21,12 +21,18 @@ const STATES = [
 const SOURCES = { open: ["pending", "approved"] };
 
 export function requestLink(request) {
-  return h("a", { href: `#/requests/${request.requestId}`, class: "host", text: host(request) });
+  return h("a", { href: `#/requests/${request.requestId}`, class: "host" }, hostname(host(request)));
 }
 
-function poolCell(request) {
-  if (request.poolId) return request.poolId;
-  return h("span", {}, `site ${request.siteId} `, h("span", { class: "badge unclaimed", text: "unclaimed" }));
+// Where it asks to go, and with which token (by the description an operator gave it).
+function placeCell(request) {
+  const where = request.poolId
+    ? h("div", { class: "word", text: request.poolId })
+    : h("div", {}, words(`site ${request.siteId}`), " ", h("span", { class: "badge unclaimed", text: "unclaimed" }));
+  const token = request.tokenDescription
+    ? h("div", { class: "muted", title: request.tokenId }, words(request.tokenDescription))
+    : h("div", {}, h("code", { class: "muted", text: request.tokenId || "—" }));
+  return [where, token];
 }
 
 function reasons(request) {
@@ -34,18 +40,21 @@ function reasons(request) {
   return h(
     "ul",
     { class: "reasons" },
-    request.reasons.map((r) => h("li", {}, h("strong", { text: `${r.attestor}: ` }), r.message || r.code)),
+    request.reasons.map((r) => h("li", {}, h("strong", { class: "word", text: `${r.attestor}:` }), " ", words(r.message || r.code))),
   );
 }
 
-// The state, and for a decided request who decided and why.
-export function decision(request, keys) {
+// The state, for a decided request who decided and why, and its age and expiry.
+function decision(request, keys) {
+  const open = request.state === "pending" || request.state === "approved";
   return h(
     "div",
     { class: "decision" },
     badge(request.state),
     request.decidedBy ? h("div", {}, "by ", keyName(keys, request.decidedBy)) : null,
-    request.reason ? h("div", { class: "quote", text: `“${request.reason}”` }) : null,
+    request.reason ? h("div", { class: "quote" }, words(`“${request.reason}”`)) : null,
+    h("div", { class: "muted" }, "requested ", when(request.createdAt)),
+    open ? h("div", { class: "muted" }, "expires ", when(request.expiresAt)) : null,
   );
 }
 
@@ -123,7 +132,7 @@ export function render(context, root) {
         draw(shown, more);
       },
     });
-    const columns = ["Select", "Machine", "Pool", "Token", "Attestors", "State", "Requested", "Actions"];
+    const columns = ["Select", "Machine", "Pool and token", "Attestors", "State", "Actions"];
     const rows = requests.map((request) => {
       const fresh = known !== null && !known.has(request.requestId);
       const name = host(request);
@@ -158,13 +167,11 @@ export function render(context, root) {
           { class: "machine" },
           h("div", {}, requestLink(request), fresh ? h("span", { class: "badge fresh", text: "new" }) : null),
           h("code", { class: "id", text: request.requestId }),
-          h("div", { class: "muted", text: resources(request.machine) }),
+          h("div", { class: "muted" }, words(resources(request.machine))),
         ),
-        poolCell(request),
-        request.tokenDescription ? h("span", { title: request.tokenId, text: request.tokenDescription }) : h("code", { text: request.tokenId || "—" }),
+        placeCell(request),
         reasons(request),
         decision(request, keys),
-        h("div", {}, when(request.createdAt), open ? h("div", { class: "muted" }, "expires ", when(request.expiresAt)) : null),
         actions,
       ];
       return row(columns, cells, { "data-request": request.requestId, class: fresh ? "fresh" : null });

@@ -1,6 +1,6 @@
 import { call } from "./api.js";
 import { decide, host, place } from "./decide.js";
-import { clear, h } from "./dom.js";
+import { clear, h, hostname, words } from "./dom.js";
 import { badge, memory, stamp } from "./format.js";
 import { keyName, keysOf } from "./keys.js";
 
@@ -13,7 +13,7 @@ function code(value) {
 }
 
 function facts(entries) {
-  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v === null || v === undefined || v === "" ? "—" : v)]));
+  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v === null || v === undefined || v === "" ? "—" : typeof v === "string" ? words(v) : v)]));
 }
 
 // Each attestor's verdict, with the reasons it gave; a request recorded before verdicts were kept
@@ -76,7 +76,7 @@ export function render(context, root, requestId) {
           )
         : null;
       clear(body).append(
-        h("div", { class: "heading" }, h("h1", { text: name }), badge(request.state)),
+        h("div", { class: "heading" }, h("h1", {}, hostname(name)), badge(request.state)),
         h("p", { class: "lede" }, "Join request ", h("code", { text: request.requestId }), ` to ${place(request)}`),
         actions,
         h(
@@ -105,7 +105,7 @@ export function render(context, root, requestId) {
           { "aria-labelledby": "request-machine" },
           h("h2", { id: "request-machine", text: "What the machine sent" }),
           facts([
-            ["Hostname", m.hostname],
+            ["Hostname", m.hostname ? hostname(m.hostname) : null],
             ["OS / architecture", [m.os, m.arch].filter(Boolean).join(" / ")],
             ["CPUs", m.cpuCount ? String(m.cpuCount) : null],
             ["Memory", memory(m.memoryMb)],
