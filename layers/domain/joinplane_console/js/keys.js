@@ -1,5 +1,6 @@
 import { all } from "./api.js";
 import { h, words } from "./dom.js";
+import { covers } from "./pools_cache.js";
 
 // Who decided: the API names a key by its id; an operator knows it by its description. The tenant's
 // key list is read once per sign-in when this key may read it; the signed-in key is always known.
@@ -7,12 +8,12 @@ let cached = null;
 export function keysOf(me) {
   if (!cached || cached.keyId !== me.keyId) {
     const known = new Map([[me.keyId, me.description]]);
-    const listed = all("apiKeys/list", { tenantId: me.tenantId }, "apiKeys", 5)
-      .then(({ items }) => {
-        for (const key of items) known.set(key.keyId, key.description);
-        return known;
-      })
-      .catch(() => known);
+    const reads = (me.grants || []).some((g) => g.endsWith("@tenant") && covers(g.slice(0, g.lastIndexOf("@")), "iam:api-keys:read"));
+    const fill = ({ items }) => {
+      for (const key of items) known.set(key.keyId, key.description);
+      return known;
+    };
+    const listed = reads ? all("apiKeys/list", { tenantId: me.tenantId }, "apiKeys", 5).then(fill, () => known) : Promise.resolve(known);
     cached = { keyId: me.keyId, listed };
   }
   return cached.listed;
