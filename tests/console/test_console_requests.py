@@ -128,19 +128,13 @@ def test_a_request_has_its_own_page_and_several_are_approved_at_once(
     page.get_by_role("dialog").get_by_label("Reason").fill("serial not on the delivery note")
     page.get_by_role("dialog").get_by_role("button", name="Reject").click()
     page.get_by_text(f"Rejected {hosts[2]}.").wait_for()
+
     # Then the audit trail tells it in hostnames, the deciding key's description and the reasons
-    wait_until(
-        lambda: (
-            len(
-                http.post(
-                    "/api/compute/auditEvents/list",
-                    {"tenantId": "dev", "poolId": POOL, "detailType": "security.join-request.approved"},
-                    http.admin,
-                )[1]["events"]
-            )
-            == 2
-        )
-    )
+    def events(detail_type: str) -> list[Any]:
+        body = {"tenantId": "dev", "poolId": POOL, "detailType": f"security.join-request.{detail_type}"}
+        return list(http.post("/api/compute/auditEvents/list", body, http.admin)[1]["events"])
+
+    wait_until(lambda: len(events("approved")) == 2 and len(events("rejected")) == 1)
     page.get_by_role("link", name="Audit trail").click()
     page.get_by_label("Pool", exact=True).select_option(POOL)
     timeline = page.get_by_role("list", name="Security events, newest first")
