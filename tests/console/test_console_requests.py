@@ -5,6 +5,7 @@ when it is full of real, long data (at 390, 1280 and 1920 pixels wide)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.support.console import (
     sign_in,
 )
 from tests.support.csr import openssl_csr
+from tests.support.http import sign_proof
 from tests.support.polling import wait_until
 from tests.support.runtime import Http
 
@@ -159,16 +161,22 @@ def test_every_view_full_of_long_real_data_breaks_no_word(
     waiting = pending_request(http, pool, tmp_path, host, description=TOKEN_TEXT, **facts, **hardware)
     approved = pending_request(http, pool, tmp_path, f"a-{host}", description=TOKEN_TEXT, **facts)
     approve(http, key["key"], approved, "delivery note OPS-4711 matches the serial numbers")
+    # (the machine joined through an approval: it came back once approved, using its request)
     _, token = http.post(
         "/api/compute/joinTokens/create",
-        {"tenantId": "dev", "poolId": pool, "description": TOKEN_TEXT, "maxUses": 100},
+        {"tenantId": "dev", "poolId": pool, "description": TOKEN_TEXT, "requireApproval": True},
         http.admin,
     )
     directory = tmp_path / "joined"
     directory.mkdir()
     csr = openssl_csr(directory, f"/CN=j-{host}")
     joined = {"joinToken": token["token"], "csr": csr, "hostname": f"j-{host}", **facts, **hardware}
-    status, machine = http.post("/machines/join", joined)
+    status, deferred = http.post("/machines/join", joined)
+    assert status == 202, deferred
+    approve(http, key["key"], deferred["joinRequest"]["requestId"], "racked by the night shift")
+    payload = json.dumps(joined).encode()
+    proof = sign_proof(directory / "key.pem", purpose="join", credential=token["token"], body=payload)
+    status, machine = http.post("/machines/join", None, headers={"joinplane-proof": proof}, raw=payload)
     assert status == 200, machine
     wait_until(
         lambda: http.post(
@@ -204,8 +212,11 @@ def test_every_view_full_of_long_real_data_breaks_no_word(
         yield "pools"
         page.get_by_role("link", name="Audit trail").click()
         page.get_by_label("Pool", exact=True).select_option(pool)
+        # (a machine an operator let in, and the request it used, say who approved it)
         timeline = page.get_by_role("list", name="Security events, newest first")
-        timeline.get_by_text(f"j-{host}").first.wait_for()
+        approver = "approved by platform on-call (Frankfurt), rotation B: “racked by the night shift”"
+        timeline.get_by_text(f"machine joined j-{host} in {pool}, {approver}").wait_for()
+        timeline.get_by_text(f"approved join used j-{host} in {pool}, {approver}").wait_for()
         for summary in page.locator(".timeline summary").all()[:3]:
             summary.click()
         yield "audit"
