@@ -1,6 +1,7 @@
 import { ApiError, call, session, whenKeyIsRejected } from "./api.js";
 import { announce, clear } from "./dom.js";
 import * as audit from "./audit.js";
+import { forgetKeys } from "./keys.js";
 import * as machines from "./machines.js";
 import * as pools from "./pools.js";
 import * as queue from "./queue.js";
@@ -94,6 +95,7 @@ signInForm.addEventListener("submit", async (event) => {
 
 document.getElementById("sign-out").addEventListener("click", () => {
   session.forget();
+  forgetKeys(); // the next key may see other keys, or none
   showSignIn();
   announce("Signed out.");
 });

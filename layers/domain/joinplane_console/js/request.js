@@ -91,7 +91,7 @@ export function render(context, root, requestId) {
             ["Join token", h("span", {}, request.tokenDescription ? `${request.tokenDescription} ` : "", code(request.tokenId))],
             ["Source address", request.sourceIp],
             ["Requested", stamp(request.createdAt)],
-            [open ? "Expires" : "Expired or expires", stamp(request.expiresAt)],
+            [open ? "Expires" : "Open until", stamp(request.expiresAt)],
             ["Decided", request.decidedAt ? stamp(request.decidedAt) : null],
             ["Decided by", request.decidedBy ? keyName(keys, request.decidedBy, { full: true }) : null],
             ["Reason", request.reason],
