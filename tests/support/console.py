@@ -99,7 +99,8 @@ def no_horizontal_scroll(page: Any) -> bool:
 # Every rendered word (a run of non-space characters in one text node) whose glyphs sit on more than
 # one line: a label broken as "Appro/ve", an id or a pool name cut in two. With `fit`, a word wider
 # than the block it is laid out in (a phone's card, whose width no neighbour squeezes) is not
-# reported: it cannot fit on one line there.
+# reported: it cannot fit on one line there. A table cell is no such block (its neighbours squeeze
+# it), so a word broken in one is always reported.
 _BROKEN_WORDS = """(fit) => {
   const broken = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
@@ -118,7 +119,8 @@ _BROKEN_WORDS = """(fit) => {
       const tops = rects.map((r) => r.top);
       if (tops.length < 2 || Math.max(...tops) - Math.min(...tops) <= 2) continue;
       const width = rects.reduce((sum, r) => sum + r.width, 0);
-      if (fit && width > block(el).clientWidth) continue;
+      const holder = block(el);
+      if (fit && getComputedStyle(holder).display !== "table-cell" && width > holder.clientWidth) continue;
       broken.push(`${match[0]} (${el.tagName.toLowerCase()}.${el.className})`);
     }
   }

@@ -66,6 +66,7 @@ def view(request: JoinRequest) -> views.JoinRequest:
         "tokenDescription": request.token_description,
         "sourceIp": request.source_ip,
         "verdicts": [
+            # Stored as attestors.verdict() answered it: one of its three values.
             {"attestor": v.attestor, "verdict": v.verdict}  # type: ignore[typeddict-item]
             for v in request.verdicts
         ],
