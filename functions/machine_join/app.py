@@ -28,6 +28,7 @@ def join_machine(request: HttpRequest) -> tuple[int, views.JoinMachineResponse]:
         request.headers.get("authorization", ""),
         request.headers.get(proof.HEADER, ""),
         base_url=request.base_url,
+        source_ip=request.source_ip,
     )
 
 

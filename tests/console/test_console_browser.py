@@ -104,17 +104,18 @@ def test_the_queue_across_two_pools_and_an_approval(
     # Then the queue is one table, oldest first, each row with host, pool, resources, the
     # attestors' reasons, age, expiry and its own Approve and Reject buttons
     rows = queue_rows(page)
-    hosts = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    hosts = [rows.nth(i).locator("td a.host").inner_text() for i in range(rows.count())]
     assert hosts.index("rack-a12") < hosts.index("gpu-b07")
     row = page.locator(f'tr[data-request="{newer}"]')
     cells = row.locator("td")
     assert [cells.nth(i).get_attribute("data-label") for i in range(cells.count())] == [
-        "Host", "Pool", "Resources", "Attestors", "Requested", "Expires", "Actions",
+        "Select", "Machine", "Pool and token", "Attestors", "State", "Actions",
     ]  # fmt: skip
     text = row.inner_text()
     assert "gpus" in text and "64 CPU" in text and "256 GiB" in text and "8 GPU" in text
-    assert "requires an operator's approval" in text
-    assert re.search(r"\bago\b", cells.nth(4).inner_text()) and cells.nth(5).inner_text().startswith("in ")
+    assert newer in text and "requires an operator's approval" in text
+    when = cells.nth(4).inner_text()
+    assert re.search(r"requested .* ago\b", when) and "expires in " in when
     assert axe_violations(page) == []
     assert no_horizontal_scroll(page)
     if SCREENSHOT:
@@ -126,13 +127,18 @@ def test_the_queue_across_two_pools_and_an_approval(
     dialog.get_by_label("Approval valid for").select_option(label="4 hours")
     assert axe_violations(page) == []
     dialog.get_by_role("button", name="Approve").click()
-    # Then the API has it approved by this key, and it leaves the pending queue
-    row.wait_for(state="detached")
+    # Then the console says what happened, the API has it approved by this key, and it stays in
+    # the queue, approved, until the machine comes back for it
+    page.get_by_role("status").get_by_text("Approved gpu-b07 into gpus.").wait_for()
     approved = request_of(http, newer)
     assert approved["state"] == "approved" and approved["reason"] == "known rack, ticket 4711"
     assert approved["decidedBy"].startswith("key_")
     assert request_of(http, older)["state"] == "pending"
+    row.locator(".badge.approved").wait_for()
+    assert "known rack, ticket 4711" in row.inner_text()
     # And the other states are a filter away
+    page.get_by_label("Show requests").select_option("pending")
+    row.wait_for(state="detached")
     page.get_by_label("Show requests").select_option("approved")
     page.locator(f'tr[data-request="{newer}"]').wait_for()
 
@@ -147,13 +153,13 @@ def test_a_sites_unclaimed_request_is_approved_into_a_pool_of_that_site(
     sign_in(page, http.admin)
     # Then the queue shows it as the site's, unclaimed
     row = page.locator(f'tr[data-request="{request_id}"]')
-    assert "site floor unclaimed" in row.locator('td[data-label="Pool"]').inner_text()
+    assert "site floor unclaimed" in row.locator('td[data-label="Pool and token"]').inner_text()
     # When it is approved, the dialog asks which of the site's pools gets it
     row.get_by_role("button", name="Approve").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_label("Pool").select_option("floor-b")
     dialog.get_by_role("button", name="Approve").click()
-    row.wait_for(state="detached")
+    page.get_by_text("Approved floor-scanner into floor-b.").wait_for()
     # Then that pool has claimed it, approved
     approved = request_of(http, request_id)
     assert (approved["state"], approved["poolId"]) == ("approved", "floor-b")
@@ -210,7 +216,7 @@ def test_the_queue_refreshes_itself_and_says_what_changed(
     page.locator("#queue-changes", has_text="1 new request").wait_for(timeout=10_000)
     # And the decided one leaves, and the queue says that too
     page.locator(f'tr[data-request="{first}"]').wait_for(state="detached", timeout=10_000)
-    page.locator("#queue-changes", has_text="1 left the pending list").wait_for(timeout=10_000)
+    page.locator("#queue-changes", has_text="1 left the open list").wait_for(timeout=10_000)
 
 
 def test_keyboard_only(chromium: Any, http: Http, pages: list[Watched], tmp_path: Path) -> None:
@@ -240,7 +246,7 @@ def test_keyboard_only(chromium: Any, http: Http, pages: list[Watched], tmp_path
     page.keyboard.press("Enter")
     page.keyboard.type("keyboard approval")
     page.keyboard.press("Enter")
-    page.locator(f'tr[data-request="{request_id}"]').wait_for(state="detached")
+    page.get_by_text("Approved kbd-host into keys.").wait_for()
     assert request_of(http, request_id)["state"] == "approved"
 
 

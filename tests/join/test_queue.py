@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from joinplane import aws, clock, join_requests, keyauth
+from joinplane.settings import settings
 from tests.support import call, join, release_together
 from tests.support.table import all_items
 
@@ -49,6 +50,50 @@ def test_exactly_one_of_concurrent_decisions_writes(verb, make_token, machine_fa
     assert all(r.status == 200 for r in results), [r.body for r in results]
     assert {r.body["decidedBy"] for r in results} == {stored["decidedBy"]}
     assert {r.body["decidedAt"] for r in results} == {stored["decidedAt"]}
+
+
+def test_a_request_names_its_token_its_source_and_every_attestors_verdict(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given a join token an operator described, which requires approval
+    token = make_token(requireApproval=True, description="rack 12 batch, ticket OPS-4711")
+    # When a machine joins with it from an address of its own and is told to wait
+    deferred = join({"joinToken": token["token"], "csr": machine_factory().csr}, source_ip="203.0.113.7")
+    request_id = deferred.body["joinRequest"]["requestId"]
+    # Then the request, as the joinRequests API gets and lists it, names the token, its description,
+    # that address and every attestor's verdict, the admits included
+    got = call("/api/compute/joinRequests/get", {"tenantId": "acme", "requestId": request_id}, admin_key)
+    listed = call("/api/compute/joinRequests/list", {"tenantId": "acme", "poolId": "gpu"}, admin_key)
+    assert got.status == 200
+    assert [r for r in listed.body["requests"] if r["requestId"] == request_id] == [got.body]
+    assert got.body["tokenId"] == token["tokenId"]
+    assert got.body["tokenDescription"] == "rack 12 batch, ticket OPS-4711"
+    assert got.body["sourceIp"] == "203.0.113.7"
+    assert got.body["verdicts"] == [
+        {"attestor": "token", "verdict": "defer"},
+        {"attestor": "hardware-ids", "verdict": "admit"},
+        {"attestor": "discovery", "verdict": "admit"},
+        {"attestor": "tpm", "verdict": "admit"},
+        {"attestor": "identity", "verdict": "admit"},
+    ]
+
+
+def test_a_request_stored_before_its_token_and_source_were_kept_reads_without_them(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given a pending request as an earlier version stored it: no token description, source or verdicts
+    [request_id] = defer_machines(make_token, machine_factory, 1)
+    aws.client("dynamodb").update_item(
+        TableName=settings().table_name,
+        Key={"pk": {"S": f"JREQ#{request_id}"}, "sk": {"S": "JREQ"}},
+        UpdateExpression="REMOVE tokenDescription, sourceIp, verdicts",
+    )
+    # When it is read, Then it reads, with those fields empty, and can still be approved
+    got = call("/api/compute/joinRequests/get", {"tenantId": "acme", "requestId": request_id}, admin_key)
+    assert got.status == 200, got.body
+    assert (got.body["tokenDescription"], got.body["sourceIp"], got.body["verdicts"]) == (None, None, [])
+    body = {"tenantId": "acme", "requestId": request_id}
+    assert call("/api/compute/joinRequests/approve", body, admin_key).body["state"] == "approved"
 
 
 def test_approving_twice_returns_the_approval_unchanged(make_token, machine_factory, admin_key) -> None:

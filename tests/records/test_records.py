@@ -77,6 +77,9 @@ REQUEST_ITEM: dict[str, Any] = {
     "createdAt": "2026-01-01T00:00:00Z",
     "expiresAt": "2026-01-02T00:00:00Z",
     "expiresAtEpoch": 1_767_312_000,
+    "tokenDescription": "rack 12 batch",
+    "sourceIp": "203.0.113.7",
+    "verdicts": [{"attestor": "token", "verdict": "defer"}, {"attestor": "tpm", "verdict": "admit"}],
     "ttl": 1_767_312_000 + 30 * 86_400,
 }
 

@@ -30,6 +30,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 DESKTOP = {"width": 1280, "height": 800}
+WIDE = {"width": 1920, "height": 1080}
 PHONE = {"width": 390, "height": 844}
 
 
@@ -95,6 +96,44 @@ def no_horizontal_scroll(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
+# Every rendered word (a run of non-space characters in one text node) whose glyphs sit on more than
+# one line: a label broken as "Appro/ve", an id or a pool name cut in two. With `fit`, a word wider
+# than the block it is laid out in (a phone's card, whose width no neighbour squeezes) is not
+# reported: it cannot fit on one line there. A table cell is no such block (its neighbours squeeze
+# it), so a word broken in one is always reported.
+_BROKEN_WORDS = """(fit) => {
+  const broken = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  const block = (el) => {
+    while (el.parentElement && getComputedStyle(el).display.startsWith("inline")) el = el.parentElement;
+    return el;
+  };
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!el || el.closest("option, script, style, .visually-hidden") || !el.getClientRects().length) continue;
+    for (const match of node.data.matchAll(/\\S{2,}/g)) {
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+      const tops = rects.map((r) => r.top);
+      if (tops.length < 2 || Math.max(...tops) - Math.min(...tops) <= 2) continue;
+      const width = rects.reduce((sum, r) => sum + r.width, 0);
+      const holder = block(el);
+      if (fit && getComputedStyle(holder).display !== "table-cell" && width > holder.clientWidth) continue;
+      broken.push(`${match[0]} (${el.tagName.toLowerCase()}.${el.className})`);
+    }
+  }
+  return broken;
+}"""
+
+
+def broken_words(page: Any, fit: bool = False) -> list[str]:
+    """The words the page shows broken across lines (see _BROKEN_WORDS); none, on a page that
+    lays out well. `fit`: except the words too wide for their block (on a phone)."""
+    return list(page.evaluate(_BROKEN_WORDS, fit))
+
+
 def page_width(page: Any) -> int:
     """How wide the page's content is, in CSS pixels: more than the window's means it scrolls sideways."""
     return int(page.evaluate("document.documentElement.scrollWidth"))
@@ -111,15 +150,20 @@ def new_pool(http: Http, pool: str, site: str = "console-site") -> str:
 
 
 def pending_request(
-    http: Http, pool: str | None, workdir: Path, hostname: str, site: str | None = None, **facts: Any
+    http: Http,
+    pool: str | None,
+    workdir: Path,
+    hostname: str,
+    site: str | None = None,
+    description: str = "",
+    **facts: Any,
 ) -> str:
-    """A machine's join that waits for an operator (a token that requires approval), as the agent
-    sends it; the join request's id. With `site` instead of `pool`: a site token's, which no pool
-    has claimed yet."""
+    """A machine's join that waits for an operator (a token that requires approval, described by
+    `description`), as the agent sends it; the join request's id. With `site` instead of `pool`: a
+    site token's, which no pool has claimed yet."""
     where = {"poolId": pool} if pool else {"siteId": site}
-    _, token = http.post(
-        "/api/compute/joinTokens/create", {"tenantId": "dev", **where, "requireApproval": True}, http.admin
-    )
+    created = {"tenantId": "dev", **where, "requireApproval": True, "description": description}
+    _, token = http.post("/api/compute/joinTokens/create", created, http.admin)
     directory = workdir / uuid.uuid4().hex[:8]
     directory.mkdir(parents=True)
     csr = openssl_csr(directory, f"/CN={hostname}")

@@ -138,8 +138,10 @@ def join(
     path: str = "/machines/join",
     signed_by: Path | None = None,
     proof: str | None = None,
+    source_ip: str = "127.0.0.1",
 ) -> Reply:
-    """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer.
+    """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer,
+    from `source_ip`.
 
     `signed_by` (a machine's key file) adds a fresh Joinplane-Proof for exactly this request;
     `proof` sends a given header value as it is (a replay)."""
@@ -153,5 +155,5 @@ def join(
         )
     if proof is not None:
         headers["joinplane-proof"] = proof
-    result = route_handler(path)(http_event(path, payload, headers), LambdaContext())
+    result = route_handler(path)(http_event(path, payload, headers, source_ip=source_ip), LambdaContext())
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)

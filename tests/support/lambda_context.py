@@ -28,6 +28,7 @@ def http_event(
     body: bytes | str,
     headers: dict[str, str] | None = None,
     authorizer: dict[str, Any] | None = None,
+    source_ip: str = "127.0.0.1",
 ) -> dict[str, Any]:
     raw = body if isinstance(body, bytes) else body.encode()
     try:
@@ -48,7 +49,7 @@ def http_event(
                 "method": "POST",
                 "path": path,
                 "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
+                "sourceIp": source_ip,
                 "userAgent": "pytest",
             },
             "requestId": str(uuid.uuid4()),

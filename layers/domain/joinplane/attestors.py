@@ -121,6 +121,16 @@ def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
     ]
 
 
+# Every attestor, in `evaluate`'s order: one that cast no vote admitted.
+ATTESTORS = ("token", "hardware-ids", "discovery", "tpm", "identity")
+
+
+def verdicts(votes: list[Vote]) -> list[tuple[str, str]]:
+    """Each attestor's own verdict on a join (its strongest vote, or admit), for the record an
+    operator decides from."""
+    return [(name, verdict([v for v in votes if v.attestor == name])) for name in ATTESTORS]
+
+
 def verdict(votes: list[Vote]) -> str:
     if any(v.verdict == DENY for v in votes):
         return DENY

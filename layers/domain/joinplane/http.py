@@ -32,6 +32,8 @@ class HttpRequest:
     path_parameters: dict[str, str] = field(default_factory=dict)
     # `https://<the domain the caller used>`: where this API is reachable, for URLs it hands out.
     base_url: str = ""
+    # The caller's address as API Gateway saw it (requestContext.http.sourceIp).
+    source_ip: str | None = None
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> HttpRequest:
@@ -50,6 +52,7 @@ class HttpRequest:
             authorizer=authorizer,
             path_parameters={str(k): str(v) for k, v in (event.get("pathParameters") or {}).items()},
             base_url=f"{scheme}://{domain}" if domain else "",
+            source_ip=str(http["sourceIp"]) if http.get("sourceIp") else None,
         )
 
     def body_size(self) -> int:

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from joinplane import (
+    attestors,
     clock,
     credentials,
     errors,
@@ -102,6 +103,8 @@ class Certificate(NamedTuple):
 # point of the certificates it issues. Set by the entry points; a context variable, so concurrent
 # in-process invocations of the local runtime each see their own.
 _base_url: ContextVar[str] = ContextVar("base_url", default="")
+# The caller's address as API Gateway saw it, kept on a deferred join's request for the operator.
+_source_ip: ContextVar[str | None] = ContextVar("source_ip", default=None)
 
 
 def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | None = None) -> Certificate:
@@ -229,6 +232,9 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> Join
         identity=attempt.identity,
         state="pending",
         reasons=tuple(VoteReason(v.attestor, v.code, v.message) for v in votes),
+        verdicts=tuple(requests_db.Verdict(name, verdict) for name, verdict in attestors.verdicts(votes)),
+        token_description=token.description or None,
+        source_ip=_source_ip.get(),
         machine=machines.facts_of(attempt.request),
         csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
         created_at=clock.rfc3339(now),
@@ -490,8 +496,11 @@ def _refused(action: str, metric: str, error: JoinplaneError) -> None:
     observe.decision(f"{action} {outcome}", metric, outcome, code=error.code, reason=error.reason)
 
 
-def join_machine(body: bytes, authorization: str, proof_header: str = "", base_url: str = "") -> Response:
+def join_machine(
+    body: bytes, authorization: str, proof_header: str = "", base_url: str = "", source_ip: str | None = None
+) -> Response:
     _base_url.set(base_url)
+    _source_ip.set(source_ip)
     try:
         return _join_machine(body, authorization, proof_header)
     except JoinplaneError as error:

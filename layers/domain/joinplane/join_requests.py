@@ -62,6 +62,14 @@ def view(request: JoinRequest) -> views.JoinRequest:
         "reason": request.reason,
         "consumedAt": request.consumed_at,
         "machineId": request.machine_id,
+        "tokenId": request.token_id,
+        "tokenDescription": request.token_description,
+        "sourceIp": request.source_ip,
+        "verdicts": [
+            # Stored as attestors.verdict() answered it: one of its three values.
+            {"attestor": v.attestor, "verdict": v.verdict}  # type: ignore[typeddict-item]
+            for v in request.verdicts
+        ],
     }
 
 

@@ -297,6 +297,12 @@ class AttestorReason(TypedDict):
 
 
 @with_config(VIEW)
+class AttestorVerdict(TypedDict):
+    attestor: str
+    verdict: Literal["admit", "defer", "deny"]
+
+
+@with_config(VIEW)
 class RequestedMachine(TypedDict):
     fingerprint: str
     hostname: str
@@ -328,6 +334,15 @@ class JoinRequest(TypedDict):
     reason: str | None
     consumedAt: Timestamp | None
     machineId: str | None
+    tokenId: Annotated[str, Field(description="the join token the machine presented")]
+    tokenDescription: Annotated[
+        str | None, Field(description="that token's description when the join was deferred")
+    ]
+    sourceIp: Annotated[str | None, Field(description="the address the join came from, as the API saw it")]
+    verdicts: Annotated[
+        list[AttestorVerdict],
+        Field(description="every attestor's verdict on the join; empty on a request older than this field"),
+    ]
 
 
 @with_config(VIEW)

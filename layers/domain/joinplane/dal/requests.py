@@ -42,6 +42,20 @@ class VoteReason(NamedTuple):
         return {"attestor": self.attestor, "code": self.code, "message": self.message}
 
 
+class Verdict(NamedTuple):
+    """One attestor's verdict on the join that made a request (`admit`, `defer` or `deny`)."""
+
+    attestor: str
+    verdict: str
+
+    @classmethod
+    def from_item(cls, item: Item) -> Verdict:
+        return cls(item.get("attestor", ""), item.get("verdict", ""))
+
+    def to_item(self) -> Item:
+        return {"attestor": self.attestor, "verdict": self.verdict}
+
+
 # Each JoinRequest field's stored attribute (dal.items); dal.stream's RequestImage reads the same.
 ATTRIBUTES = {
     "request_id": "requestId",
@@ -63,6 +77,9 @@ ATTRIBUTES = {
     "consumed_at": "consumedAt",
     "machine_id": "machineId",
     "expired_at": "expiredAt",
+    "token_description": "tokenDescription",
+    "source_ip": "sourceIp",
+    "verdicts": "verdicts",
 }
 REQUIRED = (
     "request_id",
@@ -97,6 +114,11 @@ class JoinRequest(NamedTuple):
     consumed_at: str | None = None
     machine_id: str | None = None
     expired_at: str | None = None
+    # What tells one pending request from another in an operator's queue, recorded by the join from
+    # what it already holds (the token it read, the API Gateway request): absent on older requests.
+    token_description: str | None = None
+    source_ip: str | None = None
+    verdicts: tuple[Verdict, ...] = ()  # every attestor's verdict, admits included
 
     @property
     def ttl(self) -> int:
@@ -118,6 +140,7 @@ class JoinRequest(NamedTuple):
                 "reasons": tuple(VoteReason.from_item(reason) for reason in stored["reasons"] or []),
                 "machine": MachineFacts.from_item(stored["machine"] or {}),
                 "expires_at_epoch": int(stored["expires_at_epoch"]),
+                "verdicts": tuple(Verdict.from_item(v) for v in stored["verdicts"] or []),
             }
         )
 
@@ -134,6 +157,7 @@ class JoinRequest(NamedTuple):
                 | {
                     "reasons": [reason.to_item() for reason in self.reasons],
                     "machine": self.machine.to_item(),
+                    "verdicts": [verdict.to_item() for verdict in self.verdicts],
                 },
             ),
             "ttl": self.ttl,

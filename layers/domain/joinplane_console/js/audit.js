@@ -1,6 +1,7 @@
 import { call } from "./api.js";
-import { clear, field, h, select } from "./dom.js";
+import { clear, field, h, select, words } from "./dom.js";
 import { stamp, when } from "./format.js";
+import { keyLabel, keysOf } from "./keys.js";
 import { poolsOf } from "./pools_cache.js";
 
 export const title = "Audit trail";
@@ -34,11 +35,67 @@ const TYPES = [
 ];
 const HIDDEN = new Set(["tenantId", "eventId", "occurredAt"]);
 
-function summary(event) {
+// Events name ids; an operator knows machines by hostname and keys by description. The requests and
+// machines an event names are read once each (what the key may not read stays an id).
+function resolver(tenantId) {
+  const requests = new Map();
+  const machines = new Map();
+  const read = (cache, operation, body, field) => {
+    if (!cache.has(body[field])) cache.set(body[field], call(operation, { tenantId, ...body }).catch(() => null));
+    return cache.get(body[field]);
+  };
+  return async function resolve(events) {
+    const wanted = [];
+    for (const event of events) {
+      const d = event.detail || {};
+      if (d.requestId) wanted.push(read(requests, "joinRequests/get", { requestId: d.requestId }, "requestId"));
+      if (d.machineId) wanted.push(read(machines, "machines/get", { machineId: d.machineId }, "machineId"));
+    }
+    await Promise.all(wanted);
+    const found = {};
+    for (const event of events) {
+      const d = event.detail || {};
+      found[event.eventId] = {
+        request: d.requestId ? await requests.get(d.requestId) : null,
+        machine: d.machineId ? await machines.get(d.machineId) : null,
+      };
+    }
+    return found;
+  };
+}
+
+const VERBS = {
+  "security.join-request.created": "join requested",
+  "security.join-request.approved": "join approved",
+  "security.join-request.rejected": "join rejected",
+  "security.join-request.expired": "join request expired",
+  "security.join-request.consumed": "approved join used",
+  "security.machine.joined": "machine joined",
+  "security.machine.key-rotated": "machine key rotated",
+  "security.machine.revoked": "machine revoked",
+};
+
+// One line: what happened, to which machine (by hostname), where, by whom and why.
+function summary(event, seen, keys) {
   const d = event.detail || {};
-  const subject = d.hostname || d.machineId || d.requestId || d.tokenId || d.keyId || d.caId || event.poolId || "";
-  const actor = d.decidedBy || d.revokedBy || d.createdBy || d.actor || null;
-  return [event.detailType.replace(/^security\./, "").replace(".", " "), subject && ` ${subject}`, actor ? ` by ${actor}` : ""].join("");
+  const { request, machine } = seen || {};
+  const verb = VERBS[event.detailType] || event.detailType.replace(/^security\./, "").replace(".", " ");
+  const hostname = (machine && machine.hostname) || (request && request.machine && request.machine.hostname) || d.hostname;
+  const subject = hostname || d.machineId || d.requestId || d.tokenId || d.keyId || d.caId || "";
+  const parts = [h("strong", { text: verb }), subject ? ` ${subject}` : ""];
+  if (d.poolId) parts.push(` in ${d.poolId}`);
+  let actor = d.decidedBy || d.revokedBy || d.createdBy || d.actor || null;
+  let reason = d.reason || null;
+  // A join an operator allowed: the event says "operator", the request says which key.
+  if ((actor === "operator" || event.detailType === "security.join-request.consumed") && request && request.decidedBy) {
+    actor = request.decidedBy;
+    reason = reason || request.reason;
+    parts.push(", approved");
+  }
+  if (actor) parts.push(" by ", keyLabel(keys, actor));
+  if (reason) parts.push(`: “${reason}”`);
+  if (!reason && d.reasons && d.reasons.length) parts.push(` (${d.reasons.map((r) => r.message || r.code).join("; ")})`);
+  return parts.map((part) => (typeof part === "string" ? words(part) : part));
 }
 
 export function render(context, root) {
@@ -58,7 +115,8 @@ export function render(context, root) {
     more,
   );
 
-  function item(event) {
+  const resolve = resolver(tenantId);
+  function item(event, seen, keys) {
     const details = Object.entries(event.detail || {}).filter(([k]) => !HIDDEN.has(k));
     return h(
       "li",
@@ -67,11 +125,11 @@ export function render(context, root) {
       h(
         "details",
         {},
-        h("summary", {}, summary(event)),
+        h("summary", {}, summary(event, seen, keys)),
         h("dl", { class: "facts" }, [
           [h("dt", { text: "Occurred" }), h("dd", {}, stamp(event.occurredAt))],
           [h("dt", { text: "Event" }), h("dd", { text: event.eventId })],
-          ...details.map(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]),
+          ...details.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, words(typeof v === "string" ? v : JSON.stringify(v)))]),
         ]),
       ),
     );
@@ -88,9 +146,10 @@ export function render(context, root) {
     if (cursor) body.cursor = cursor;
     try {
       const answer = await call("auditEvents/list", body);
+      const [seen, keys] = await Promise.all([resolve(answer.events), keysOf(context.me)]);
       if (mine !== latest) return;
       if (reset) clear(list);
-      list.append(...answer.events.map(item));
+      list.append(...answer.events.map((event) => item(event, seen[event.eventId], keys)));
       if (reset && !answer.events.length) list.append(h("li", { class: "empty", text: "No events match." }));
       cursor = answer.nextCursor || null;
       more.hidden = !cursor;

@@ -1,9 +1,10 @@
 import { clear, h, uid } from "./dom.js";
 
 // A modal <dialog>: the browser traps focus in it, Escape cancels, and focus returns to the button
-// that opened it. `fields` are labelled controls; `confirm` resolves with the form's values, or null
-// when cancelled. `validate` may return a message that keeps the dialog open.
-export function ask({ title, description, fields = [], confirmLabel, danger = false, validate }) {
+// that opened it. `details` are nodes shown under the description, `fields` labelled controls;
+// `confirm` resolves with the form's values, or null when cancelled. `validate` may return a
+// message that keeps the dialog open.
+export function ask({ title, description, details = null, fields = [], confirmLabel, danger = false, validate }) {
   return new Promise((resolve) => {
     const opener = document.activeElement;
     const titleId = uid("dlg");
@@ -15,6 +16,7 @@ export function ask({ title, description, fields = [], confirmLabel, danger = fa
       { method: "dialog", novalidate: true },
       h("h2", { id: titleId, text: title }),
       description ? h("p", {}, description) : null,
+      details,
       fields,
       error,
       h("div", { class: "actions" }, cancel, confirm),

@@ -63,7 +63,7 @@ export function table(caption, columns, rows) {
   return h(
     "table",
     { role: "table", class: "grid" },
-    h("caption", { text: caption }),
+    h("caption", {}, words(caption)),
     h("thead", { role: "rowgroup" }, head),
     h("tbody", { role: "rowgroup" }, rows),
   );
@@ -73,7 +73,27 @@ export function row(columns, cells, props = {}) {
   return h(
     "tr",
     { role: "row", ...props },
-    cells.map((cell, i) => h("td", { role: "cell", "data-label": columns[i] }, cell)),
+    cells.map((cell, i) => h("td", { role: "cell", "data-label": columns[i] }, typeof cell === "string" ? words(cell) : cell)),
+  );
+}
+
+// Text laid out word by word: a line breaks between words, never inside one (not even at a
+// hyphen, where a browser would break "gpu-rack-1" or "Appro-ve"); on a phone a word too long for
+// the screen still wraps rather than widening the page (console.css).
+export function words(text) {
+  return String(text)
+    .split(/(\s+)/)
+    .filter((part) => part)
+    .map((part) => (/^\s+$/.test(part) ? " " : h("span", { class: "word", text: part })));
+}
+
+// A hostname may also break after each of its dots, between its labels.
+export function hostname(name) {
+  const labels = String(name).split(".");
+  return h(
+    "span",
+    { class: "hostname" },
+    labels.map((label, i) => (i < labels.length - 1 ? [h("span", { class: "word", text: `${label}.` }), h("wbr")] : h("span", { class: "word", text: label }))),
   );
 }
 

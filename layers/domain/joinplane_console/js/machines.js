@@ -1,6 +1,6 @@
 import { all, call } from "./api.js";
 import { ask } from "./dialog.js";
-import { announce, clear, field, h, row, select, table } from "./dom.js";
+import { announce, clear, field, h, hostname, row, select, table, words } from "./dom.js";
 import { badge, resources, stamp, when } from "./format.js";
 import { noPoolsReason, reachablePools } from "./pools_cache.js";
 
@@ -11,7 +11,7 @@ function facts(machine) {
   const tpm = machine.tpm || {};
   const entries = [
     ["Machine", machine.machineId],
-    ["Host", machine.hostname],
+    ["Host", machine.hostname ? hostname(machine.hostname) : "—"],
     ["State", machine.state],
     ["Pool", `${machine.poolId} (site ${machine.siteId})`],
     ["Resources", resources(machine)],
@@ -33,7 +33,7 @@ function facts(machine) {
     ["Join token", machine.tokenId || "—"],
   ];
   if (machine.state === "revoked") entries.push(["Revoked", stamp(machine.revokedAt)]);
-  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
+  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, typeof v === "string" ? words(v) : v)]));
 }
 
 export function render(context, root) {
@@ -62,7 +62,7 @@ export function render(context, root) {
       const columns = ["Host", "State", "Resources", "Certificate expires", "Joined", "Actions"];
       const rows = items.map((m) =>
         row(columns, [
-          m.hostname || m.machineId,
+          m.hostname ? h("span", { class: "host" }, hostname(m.hostname)) : h("code", { text: m.machineId }),
           badge(m.state),
           resources(m),
           when(m.certificateExpiresAt),
@@ -87,7 +87,7 @@ export function render(context, root) {
   async function show(machineId) {
     try {
       const machine = await call("machines/get", { tenantId, machineId });
-      const heading = h("h2", { tabindex: "-1", text: machine.hostname || machine.machineId });
+      const heading = h("h2", { tabindex: "-1" }, machine.hostname ? hostname(machine.hostname) : machine.machineId);
       clear(detail).append(
         h("section", { class: "panel", "aria-label": `Machine ${machine.hostname || machine.machineId}` }, heading, facts(machine), h("button", { type: "button", class: "quiet", text: "Close", onclick: () => clear(detail) })),
       );

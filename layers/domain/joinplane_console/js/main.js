@@ -1,12 +1,16 @@
 import { ApiError, call, session, whenKeyIsRejected } from "./api.js";
 import { announce, clear } from "./dom.js";
 import * as audit from "./audit.js";
+import { forgetKeys } from "./keys.js";
 import * as machines from "./machines.js";
 import * as pools from "./pools.js";
 import * as queue from "./queue.js";
+import * as request from "./request.js";
 import * as tokens from "./tokens.js";
 
-const VIEWS = { queue, tokens, machines, pools, audit };
+const VIEWS = { queue, tokens, machines, pools, audit, requests: request };
+// A view inside a section of the navigation: a request's page is part of the queue.
+const SECTION = { requests: "queue" };
 const INVALID_KEY = "This API key is not valid.";
 
 const signInView = document.getElementById("sign-in-view");
@@ -56,16 +60,16 @@ async function signIn(key) {
 
 function route() {
   if (!context) return;
-  const match = /^#\/(\w+)/.exec(location.hash);
+  const match = /^#\/(\w+)(?:\/([\w-]+))?/.exec(location.hash);
   if (!match && location.hash && !location.hash.startsWith("#/")) return; // the skip link
-  const name = match && VIEWS[match[1]] ? match[1] : "queue";
+  const name = match && VIEWS[match[1]] && (match[1] !== "requests" || match[2]) ? match[1] : "queue";
   for (const link of nav.querySelectorAll("a")) {
-    if (link.getAttribute("href") === `#/${name}`) link.setAttribute("aria-current", "page");
+    if (link.getAttribute("href") === `#/${SECTION[name] || name}`) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
   stopCurrent();
   clear(view);
-  current = VIEWS[name].render(context, view) || null;
+  current = VIEWS[name].render(context, view, match && match[2]) || null;
   document.title = `${VIEWS[name].title} · Joinplane console`;
 }
 
@@ -91,6 +95,7 @@ signInForm.addEventListener("submit", async (event) => {
 
 document.getElementById("sign-out").addEventListener("click", () => {
   session.forget();
+  forgetKeys(); // the next key may see other keys, or none
   showSignIn();
   announce("Signed out.");
 });

@@ -1,5 +1,5 @@
 import { call } from "./api.js";
-import { clear, field, h, row, select, table } from "./dom.js";
+import { clear, field, h, row, select, table, words } from "./dom.js";
 import { badge, stamp, when } from "./format.js";
 import { forgetPools, poolsOf } from "./pools_cache.js";
 
@@ -27,7 +27,7 @@ function describe(pool) {
     ["Updated", stamp(pool.updatedAt)],
   ];
   if (pool.archivedAt) entries.push(["Archived", stamp(pool.archivedAt)]);
-  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
+  return h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, typeof v === "string" ? words(v) : v)]));
 }
 
 export function render(context, root) {

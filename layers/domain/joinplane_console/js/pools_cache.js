@@ -21,7 +21,7 @@ export function forgetPools() {
 
 // Does a grant's permission pattern cover `wanted` (the API's permission_covers: `*` matches one
 // part, and a trailing `*` everything after it)?
-function covers(held, wanted) {
+export function covers(held, wanted) {
   const h = held.split(":");
   const w = wanted.split(":");
   for (let i = 0; i < h.length; i += 1) {

@@ -1,26 +1,38 @@
-import { all, call } from "./api.js";
-import { ask } from "./dialog.js";
-import { announce, clear, field, h, row, select, table } from "./dom.js";
+import { all } from "./api.js";
+import { decide, host } from "./decide.js";
+import { announce, clear, field, h, hostname, row, select, table, words } from "./dom.js";
 import { badge, resources, when } from "./format.js";
+import { keyName, keysOf } from "./keys.js";
 
 export const title = "Approval queue";
 // How often the queue asks the API again: within 10 s of a change, an operator sees it.
 export const REFRESH_MS = 5000;
-const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
-const TTLS = [
-  ["900", "15 minutes"],
-  ["3600", "1 hour"],
-  ["14400", "4 hours"],
-  ["86400", "24 hours"],
+// `open`: pending, and approved but not yet used (the machine has still to come back): what an
+// operator is still answerable for.
+const STATES = [
+  ["open", "pending and approved, not yet used"],
+  ["pending", "pending"],
+  ["approved", "approved"],
+  ["rejected", "rejected"],
+  ["expired", "expired"],
+  ["consumed", "consumed"],
+  ["all", "all"],
 ];
+const SOURCES = { open: ["pending", "approved"] };
 
-function host(request) {
-  return (request.machine && request.machine.hostname) || request.requestId;
+export function requestLink(request) {
+  return h("a", { href: `#/requests/${request.requestId}`, class: "host" }, hostname(host(request)));
 }
 
-function poolCell(request) {
-  if (request.poolId) return request.poolId;
-  return h("span", {}, `site ${request.siteId} `, h("span", { class: "badge unclaimed", text: "unclaimed" }));
+// Where it asks to go, and with which token (by the description an operator gave it).
+function placeCell(request) {
+  const where = request.poolId
+    ? h("div", { class: "word", text: request.poolId })
+    : h("div", {}, words(`site ${request.siteId}`), " ", h("span", { class: "badge unclaimed", text: "unclaimed" }));
+  const token = request.tokenDescription
+    ? h("div", { class: "muted", title: request.tokenId }, words(request.tokenDescription))
+    : h("div", {}, h("code", { class: "muted", text: request.tokenId || "—" }));
+  return [where, token];
 }
 
 function reasons(request) {
@@ -28,14 +40,31 @@ function reasons(request) {
   return h(
     "ul",
     { class: "reasons" },
-    request.reasons.map((r) => h("li", {}, h("strong", { text: `${r.attestor}: ` }), r.message || r.code)),
+    request.reasons.map((r) => h("li", {}, h("strong", { class: "word", text: `${r.attestor}:` }), " ", words(r.message || r.code))),
+  );
+}
+
+// The state, for a decided request who decided and why, and its age and expiry.
+function decision(request, keys) {
+  const open = request.state === "pending" || request.state === "approved";
+  return h(
+    "div",
+    { class: "decision" },
+    badge(request.state),
+    request.decidedBy ? h("div", {}, "by ", keyName(keys, request.decidedBy)) : null,
+    request.reason ? h("div", { class: "quote" }, words(`“${request.reason}”`)) : null,
+    h("div", { class: "muted" }, "requested ", when(request.createdAt)),
+    open ? h("div", { class: "muted" }, "expires ", when(request.expiresAt)) : null,
   );
 }
 
 export function render(context, root) {
   const tenantId = context.tenantId;
-  let state = "pending";
+  let state = "open";
   let known = null; // requestId -> state, from the previous refresh
+  let shown = []; // the requests drawn last
+  let keys = new Map();
+  const selected = new Set(); // requestIds ticked, kept across refreshes while still pending
   let timer = null;
   let stopped = false;
   let busy = false;
@@ -43,85 +72,106 @@ export function render(context, root) {
   const filter = select(STATES, state, { name: "state" });
   const updated = h("p", { class: "muted", id: "queue-updated" });
   const changes = h("p", { class: "changes", id: "queue-changes" });
+  const outcome = h("p", { class: "outcome", id: "queue-outcome", role: "status" });
   const failure = h("p", { class: "error", role: "alert" });
   const holder = h("div", { class: "table-holder" });
+  const count = h("span", { class: "muted", id: "queue-selected" });
+  const approveMany = h("button", { type: "button", class: "primary", text: "Approve selected", onclick: () => decideSelected("approve") });
+  const rejectMany = h("button", { type: "button", class: "danger", text: "Reject selected", onclick: () => decideSelected("reject") });
+  const bulk = h("div", { class: "bulk", role: "group", "aria-label": "Selected requests" }, count, approveMany, rejectMany);
 
   root.append(
     h("div", { class: "heading" }, h("h1", { text: "Approval queue" }), updated),
     h("p", { class: "lede", text: "Join requests waiting for a decision, across every pool this key can read, oldest first." }),
     h("form", { class: "filters", onsubmit: (e) => e.preventDefault() }, field("Show requests", filter)),
+    outcome,
     changes,
     failure,
+    bulk,
     holder,
   );
 
   filter.addEventListener("change", () => {
     state = filter.value;
     known = null;
+    selected.clear();
     refresh();
   });
 
-  async function decide(request, action) {
-    const name = host(request);
-    let poolChoice = null;
-    const fields = [];
-    if (!request.poolId) {
-      // A site's request no pool has claimed yet: approving it places it in one of the site's pools.
-      const answer = await call("pools/list", { tenantId, siteId: request.siteId, state: "active" });
-      poolChoice = select(answer.pools.map((p) => [p.poolId, `${p.name} (${p.poolId})`]), null, { name: "poolId" });
-      fields.push(field("Pool", poolChoice));
+  function drawSelection() {
+    const n = selected.size;
+    count.textContent = n ? `${n} selected` : "Select pending requests to decide several at once.";
+    approveMany.disabled = rejectMany.disabled = n === 0;
+  }
+
+  async function act(requests, action) {
+    const result = await decide(tenantId, requests, action);
+    if (!result) return;
+    if (result.message) {
+      outcome.textContent = result.message;
+      for (const { request } of result.done) selected.delete(request.requestId);
     }
-    if (action === "approve") {
-      fields.push(
-        field("Reason (optional)", h("input", { name: "reason", type: "text", maxlength: 256, autocomplete: "off" })),
-        field("Approval valid for", select(TTLS, "3600", { name: "ttlSeconds" }), "The machine must finish joining within this time."),
-      );
-    } else {
-      fields.push(field("Reason", h("input", { name: "reason", type: "text", maxlength: 256, required: true, autocomplete: "off" })));
-    }
-    const values = await ask({
-      title: action === "approve" ? `Approve ${name}?` : `Reject ${name}?`,
-      description: `${name} asks to join ${request.poolId || `site ${request.siteId}`}.`,
-      fields,
-      confirmLabel: action === "approve" ? "Approve" : "Reject",
-      danger: action === "reject",
-      validate: (v) => (action === "reject" && !v.reason.trim() ? "Give a reason for the rejection." : null),
-    });
-    if (!values) return;
-    const body = { tenantId, requestId: request.requestId, poolId: values.poolId || request.poolId || undefined };
-    if (values.reason && values.reason.trim()) body.reason = values.reason.trim();
-    if (action === "approve") body.ttlSeconds = Number(values.ttlSeconds);
-    try {
-      await call(`joinRequests/${action}`, body);
-      announce(`${action === "approve" ? "Approved" : "Rejected"} ${name}.`);
-      failure.textContent = "";
-    } catch (error) {
-      failure.textContent = `Could not ${action} ${name}: ${error.message}`;
-    }
+    failure.textContent = result.failures.join(" ");
     await refresh();
   }
 
+  function decideSelected(action) {
+    const requests = shown.filter((r) => selected.has(r.requestId));
+    if (requests.length) act(requests, action);
+  }
+
   function draw(requests, more) {
-    const columns = ["Host", "Pool", "Resources", "Attestors", ...(state === "pending" ? [] : ["State"]), "Requested", "Expires", "Actions"];
+    const pendingOnes = requests.filter((r) => r.state === "pending");
+    const all = h("input", {
+      type: "checkbox",
+      "aria-label": "Select every pending request",
+      checked: pendingOnes.length > 0 && pendingOnes.every((r) => selected.has(r.requestId)),
+      disabled: pendingOnes.length === 0,
+      onchange: (e) => {
+        for (const r of pendingOnes) (e.target.checked ? selected.add(r.requestId) : selected.delete(r.requestId));
+        draw(shown, more);
+      },
+    });
+    const columns = ["Select", "Machine", "Pool and token", "Attestors", "State", "Actions"];
     const rows = requests.map((request) => {
       const fresh = known !== null && !known.has(request.requestId);
-      const actions =
+      const name = host(request);
+      const open = request.state === "pending" || request.state === "approved";
+      const actions = open
+        ? h(
+            "div",
+            { class: "row-actions" },
+            request.state === "pending"
+              ? h("button", { type: "button", class: "primary", "aria-label": `Approve ${name}`, text: "Approve", onclick: () => act([request], "approve") })
+              : null,
+            h("button", { type: "button", class: "danger", "aria-label": `Reject ${name}`, text: "Reject", onclick: () => act([request], "reject") }),
+          )
+        : h("span", { class: "muted", text: "—" });
+      const tick =
         request.state === "pending"
-          ? h(
-              "div",
-              { class: "row-actions" },
-              h("button", { type: "button", class: "primary", "aria-label": `Approve ${host(request)}`, text: "Approve", onclick: () => decide(request, "approve") }),
-              h("button", { type: "button", class: "danger", "aria-label": `Reject ${host(request)}`, text: "Reject", onclick: () => decide(request, "reject") }),
-            )
-          : h("span", { class: "muted", text: request.decidedBy ? `by ${request.decidedBy}` : "—" });
+          ? h("input", {
+              type: "checkbox",
+              "aria-label": `Select ${name}`,
+              checked: selected.has(request.requestId),
+              onchange: (e) => {
+                if (e.target.checked) selected.add(request.requestId);
+                else selected.delete(request.requestId);
+                drawSelection();
+              },
+            })
+          : null;
       const cells = [
-        h("span", { class: "host" }, host(request), fresh ? h("span", { class: "badge fresh", text: "new" }) : null),
-        poolCell(request),
-        resources(request.machine),
+        tick,
+        h(
+          "div",
+          { class: "machine" },
+          h("div", {}, requestLink(request), fresh ? h("span", { class: "badge fresh", text: "new" }) : null),
+          h("code", { class: "id", text: request.requestId }),
+          h("div", { class: "muted" }, words(resources(request.machine))),
+        ),
+        placeCell(request),
         reasons(request),
-        ...(state === "pending" ? [] : [badge(request.state)]),
-        when(request.createdAt),
-        when(request.expiresAt),
+        decision(request, keys),
         actions,
       ];
       return row(columns, cells, { "data-request": request.requestId, class: fresh ? "fresh" : null });
@@ -131,9 +181,16 @@ export function render(context, root) {
     const focused = document.activeElement;
     const focusKey = focused && focused.closest && focused.closest("tr[data-request]");
     const focusLabel = focused && focused.getAttribute && focused.getAttribute("aria-label");
+    const grid = table(caption, columns, rows);
+    // The first column's header is the select-all box (its label says what it does).
+    const th = grid.querySelector("th");
+    th.textContent = "";
+    th.append(all);
     clear(holder).append(
-      requests.length === 0 ? h("p", { class: "empty", text: state === "pending" ? "Nothing is waiting for a decision." : `No ${state} requests.` }) : table(caption, columns, rows),
+      requests.length === 0 ? h("p", { class: "empty", text: state === "open" || state === "pending" ? "Nothing is waiting for a decision." : `No ${state} requests.` }) : grid,
     );
+    bulk.hidden = pendingOnes.length === 0;
+    drawSelection();
     if (focusKey && focusLabel) {
       const again = holder.querySelector(`tr[data-request="${CSS.escape(focusKey.dataset.request)}"] [aria-label="${CSS.escape(focusLabel)}"]`);
       if (again) again.focus();
@@ -156,8 +213,13 @@ export function render(context, root) {
     busy = true;
     clearTimeout(timer);
     try {
+      keys = await keysOf(context.me);
       // Without a poolId: the queue across every pool the key reads, and their sites' unclaimed requests.
-      const { items, more } = await all("joinRequests/list", { tenantId, state, limit: 100 }, "requests", 5);
+      const answers = await Promise.all(
+        (SOURCES[state] || [state]).map((s) => all("joinRequests/list", { tenantId, state: s, limit: 100 }, "requests", 5)),
+      );
+      const items = answers.flatMap((a) => a.items);
+      const more = answers.some((a) => a.more);
       // Oldest first: by creation time, then by id (a ULID, so creation order within a second).
       items.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.requestId.localeCompare(b.requestId));
       if (stopped) return;
@@ -166,10 +228,12 @@ export function render(context, root) {
         changes.textContent = `Since the last refresh: ${change}.`;
         announce(`Queue updated: ${change}.`);
       }
+      for (const id of [...selected]) if (!items.some((r) => r.requestId === id && r.state === "pending")) selected.delete(id);
+      shown = items;
       draw(items, more);
       known = new Map(items.map((r) => [r.requestId, r.state]));
       updated.textContent = `Updated ${new Date().toLocaleTimeString("en-GB")} · refreshes every ${REFRESH_MS / 1000} s`;
-      failure.textContent = "";
+      failure.textContent = failure.textContent.startsWith("Could not load") ? "" : failure.textContent;
     } catch (error) {
       if (!stopped) failure.textContent = `Could not load the queue: ${error.message}`;
     } finally {
