@@ -87,13 +87,13 @@ def test_a_signing_key_is_no_ek() -> None:
 @pytest.mark.parametrize(
     "blob",
     [
-        b"",
-        b"\x00",
-        b"\x00\x10" + b"\x00" * 4,  # says 16 bytes, has 4
-        soft_ak()[:-1],  # truncated
-        soft_ak() + b"\x00",  # trailing bytes after the TPM2B
-        b"\x00\x08\x00\x25\x00\x0b\x00\x00\x00\x00",  # a symmetric-cipher object, not RSA or ECC
-        b"\xff\xff" + b"\x00" * 65535,  # oversize
+        pytest.param(b"", id="empty"),
+        pytest.param(b"\x00", id="one byte"),
+        pytest.param(b"\x00\x10" + b"\x00" * 4, id="says 16 bytes, has 4"),
+        pytest.param(soft_ak()[:-1], id="truncated"),
+        pytest.param(soft_ak() + b"\x00", id="trailing bytes"),
+        pytest.param(b"\x00\x08\x00\x25\x00\x0b\x00\x00\x00\x00", id="a symmetric-cipher object"),
+        pytest.param(b"\xff\xff" + b"\x00" * 65535, id="oversize"),
     ],
 )
 def test_garbage_is_no_tpm2b_public(blob: bytes) -> None:

@@ -6,15 +6,22 @@ Tests on a real TPM stack use tests/support/swtpm.py; these are for the many cas
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import struct
-from typing import NamedTuple
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from cryptography import x509
 from cryptography.hazmat.decrepit.ciphers.modes import CFB
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.x509.oid import NameOID
+
+from .http import Reply, join
 
 SHA256, AES, CFB_MODE, NULL, RSA, ECC = 0x000B, 0x0006, 0x0043, 0x0010, 0x0001, 0x0023
 RSASSA, ECDSA, P256 = 0x0014, 0x0018, 0x0003
@@ -118,3 +125,124 @@ def activate(ek: SoftEk, ak_name: bytes, credential_blob: bytes, encrypted_secre
     plain = decryptor.update(enc_identity) + decryptor.finalize()
     credential, _ = _unsized(plain)
     return credential
+
+
+class SoftTpm(NamedTuple):
+    """A machine's TPM in software: its EK and an AK, as a join sends them, and the TPM's answer
+    to a challenge (ActivateCredential with its EK)."""
+
+    ek: SoftEk
+    ak_blob: bytes
+
+    @classmethod
+    def make(cls, kind: str = "ecc", ak_attributes: int = AK_ATTRIBUTES) -> SoftTpm:
+        return cls(soft_ek(kind), soft_ak(kind, ak_attributes))
+
+    def presented(self) -> dict[str, str]:
+        """The join's `tpm` fields."""
+        return {
+            "ekPublic": base64.b64encode(self.ek.blob).decode(),
+            "akPublic": base64.b64encode(self.ak_blob).decode(),
+        }
+
+    def ek_sha256(self) -> str:
+        spki = self.ek.private.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return hashlib.sha256(spki).hexdigest()
+
+    def answer(self, challenge: dict[str, str]) -> str:
+        """The base64 secret this TPM recovers from a `tpmChallenge` (ValueError: it cannot)."""
+        secret = activate(
+            self.ek,
+            name_of(self.ak_blob),
+            base64.b64decode(challenge["credentialBlob"]),
+            base64.b64decode(challenge["encryptedSecret"]),
+        )
+        return base64.b64encode(secret).decode()
+
+
+def join_with_tpm(body: dict[str, Any], key: Path, tpm: SoftTpm) -> tuple[Reply, Reply]:
+    """A TPM join from start to end: the challenge, then the retry with the recovered secret,
+    signed by the machine's key (`key`). Both answers."""
+    first = join({**body, "tpm": {**body.get("tpm", {}), **tpm.presented()}})
+    assert first.status == 202 and first.body.get("tpmChallenge"), first.body
+    retry = with_answer(body, tpm, tpm.answer(first.body["tpmChallenge"]))
+    return first, join(retry, signed_by=key)
+
+
+def with_answer(body: dict[str, Any], tpm: SoftTpm, secret: str) -> dict[str, Any]:
+    """The retry's body: the join's, with the TPM's fields and the activation's secret."""
+    return {**body, "tpm": {**body.get("tpm", {}), **tpm.presented(), "activation": {"secret": secret}}}
+
+
+class SoftManufacturer(NamedTuple):
+    """A TPM manufacturer's CA in software: a root, an intermediate that issues EK certificates,
+    and the intermediate's key. EK certificates are shaped as the TCG's EK Credential Profile
+    shapes them (and as swtpm_localca issues them): an empty subject, the TPM's manufacturer, model
+    and version in a critical subjectAltName directoryName, keyEncipherment only."""
+
+    root_pem: str
+    intermediate_pem: str
+    intermediate_key: rsa.RSAPrivateKey
+    intermediate: x509.Certificate
+
+    @classmethod
+    def make(cls, name: str = "Acme TPM", *, days: int = 3650) -> SoftManufacturer:
+        root_key = rsa.generate_private_key(65537, 2048)
+        key = rsa.generate_private_key(65537, 2048)
+        root_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} Root CA")])
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} EK CA")])
+        root = _ca(root_name, root_key.public_key(), root_name, root_key, days)
+        intermediate = _ca(ca_name, key.public_key(), root_name, root_key, days)
+        pem = serialization.Encoding.PEM
+        return cls(
+            root.public_bytes(pem).decode(), intermediate.public_bytes(pem).decode(), key, intermediate
+        )
+
+    def ek_certificate(self, ek: SoftEk, *, valid_days: int = 3650, expired: bool = False) -> str:
+        now = datetime.now(UTC)
+        start, end = (now - timedelta(days=30), now - timedelta(days=1)) if expired else (now, now)
+        tpm_name = x509.Name(
+            [
+                x509.NameAttribute(x509.ObjectIdentifier("2.23.133.2.1"), "id:00001014"),
+                x509.NameAttribute(x509.ObjectIdentifier("2.23.133.2.2"), "swtpm"),
+                x509.NameAttribute(x509.ObjectIdentifier("2.23.133.2.3"), "id:20191023"),
+            ]
+        )
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([]))
+            .issuer_name(self.intermediate.subject)
+            .public_key(ek.private.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start - timedelta(minutes=5))
+            .not_valid_after(end + timedelta(days=0 if expired else valid_days))
+            .add_extension(x509.SubjectAlternativeName([x509.DirectoryName(tpm_name)]), critical=True)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(False, False, True, False, False, False, False, False, False), critical=True
+            )
+            .sign(self.intermediate_key, hashes.SHA256())
+        )
+        return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _ca(
+    subject: x509.Name, public: rsa.RSAPublicKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey, days: int
+) -> x509.Certificate:
+    now = datetime.now(UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+        .sign(issuer_key, hashes.SHA256())
+    )
