@@ -47,6 +47,8 @@ PROOF_REASONS = frozenset(
 )
 # The server's refusal of a TPM's credential activation (wrong TPM, stale or replayed challenge).
 TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
+# A re-join through a token that wants the TPM a machine joined with activated again.
+TPM_ACTIVATION_REQUIRED = "TPM_ACTIVATION_REQUIRED"
 # Challenges answered in a row without an outcome: a server that keeps asking is not answered forever.
 MAX_TPM_CHALLENGES = 3
 _MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
@@ -435,6 +437,13 @@ class Agent:
                         raise CliError(
                             "The server refused the TPM's credential activation (the challenge expired, "
                             "or this TPM does not hold the EK it presented); run the same join again.",
+                            Exit.TPM_REFUSED,
+                        ) from None
+                    if failed.reason == TPM_ACTIVATION_REQUIRED:
+                        status.done()
+                        raise CliError(
+                            "This machine joined with its TPM, and the join token requires the same TPM "
+                            "again to re-join: run the join with --tpm.",
                             Exit.TPM_REFUSED,
                         ) from None
                     if failed.code == "UNAUTHENTICATED":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from joinplane_cli import tpm
+from joinplane_cli import main, tpm
 from tests.support.runtime import command
 from tests.support.swtpm import Manufacturer, SoftwareTpm, manufacturer, software_tpm
 
@@ -217,3 +217,16 @@ def test_a_missing_tpm_is_one_line_and_exit_9(environment: dict[str, str], says:
     assert done.stdout == ""
     assert done.stderr.startswith(f"joinplane: {says}")
     assert done.stderr.count("\n") == 1
+
+
+def test_the_agents_systemd_unit_keeps_its_tpm_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # Given an agent that attests with the TPM's ECC EK
+    # When its systemd unit is printed
+    code = main.main(
+        ["agent", "--print-systemd-unit", "--dir", "/var/lib/joinplane", "--tpm", "--tpm-ek", "ecc"]
+    )
+    # Then the service runs with the same TPM options
+    unit = capsys.readouterr().out
+    assert code == 0
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.endswith("agent --dir /var/lib/joinplane --tpm --tpm-ek ecc")
