@@ -237,6 +237,8 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.description,
         args.identity,
         args.token_out,
+        args.tpm_trust,
+        args.tpm_rejoin,
     )
 
 
@@ -457,6 +459,16 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         "--tpm",
         choices=("off", "defer-unlisted", "require"),
         help="the TPM allow-list: defer machines whose EK is not listed, or require a listed one",
+    )
+    create.add_argument(
+        "--tpm-trust",
+        choices=("allow-list", "manufacturer"),
+        help="manufacturer: also admit an activated EK whose certificate chains to a listed manufacturer",
+    )
+    create.add_argument(
+        "--tpm-rejoin",
+        choices=("any", "activate"),
+        help="activate: a machine that joined with its TPM must activate the same TPM again to re-join",
     )
     create.add_argument(
         "--identity",
