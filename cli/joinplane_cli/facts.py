@@ -226,6 +226,11 @@ def tpm_ek_sha256(root: Path) -> str:
             )
         for command in attempts:
             result = _run(command)
+            flush = shutil.which("tpm2_flushcontext")
+            if command[0] == createek and flush:
+                # tpm2_createek leaves the EK loaded: a TPM without a resource manager (/dev/tpm0)
+                # holds about three objects, and every join would take one more.
+                _run([flush, "-t"])
             if isinstance(result, str):
                 reasons.append(result)
                 continue

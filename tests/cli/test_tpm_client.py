@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from joinplane_cli import main, tpm
+from joinplane_cli import facts, main, tpm
 from tests.support.runtime import command
 from tests.support.swtpm import Manufacturer, SoftwareTpm, manufacturer, software_tpm
 
@@ -230,3 +230,19 @@ def test_the_agents_systemd_unit_keeps_its_tpm_options(capsys: pytest.CaptureFix
     assert code == 0
     (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
     assert exec_start.endswith("agent --dir /var/lib/joinplane --tpm --tpm-ek ecc")
+
+
+def test_the_unproven_ek_hash_of_a_join_without_tpm_leaves_nothing_loaded_either(
+    machine_tpm: SoftwareTpm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a TPM without a resource manager and without a persistent EK, so that the EK hash a
+    # join without --tpm reports is derived with tpm2_createek
+    machine_tpm.tool("tpm2_evictcontrol", "-C", "o", "-c", "0x81010001")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/tpm0").write_text("")
+    monkeypatch.setenv("TPM2TOOLS_TCTI", machine_tpm.tcti)
+    # When the machine's facts are collected
+    found = facts.collect(tmp_path)
+    # Then the hash is the RSA EK's, and the EK it created was flushed
+    assert found.ek_sha256 == machine_tpm.ek_spki_sha256("rsa")
+    assert machine_tpm.transient_handles() == []
