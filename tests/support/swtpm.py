@@ -12,6 +12,10 @@ swtpm_setup certifies only a P-384 ECC EK (at 0x01c00016, the high range), so th
 the default template (`tpm2_createek -G ecc`) is certified here the way swtpm_setup certifies its
 own: swtpm_localca with the EK's point, written into NV under the platform hierarchy.
 
+The EKs are decryption keys, as the TCG default templates make them and as credential activation
+needs (`--allow-signing` would make a non-standard EK that signs too, and `tpm2_createek` could
+not re-create it).
+
 Nothing is written under /etc or the home directory: swtpm_setup reads its configuration from
 `--config`, and XDG_CONFIG_HOME and TMPDIR point into the work directory.
 """
