@@ -596,7 +596,7 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
     )
     audit.set_defaults(handler=_audit)
 
-    tpm_commands.add_parser(commands)
+    tpm_commands.add_parser(commands, server, operator, _operator)
 
     shells = commands.add_parser(
         "completion",
