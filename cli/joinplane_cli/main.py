@@ -18,14 +18,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from joinplane_cli import admin, agent, completion, options, service
+from joinplane_cli import admin, agent, completion, options, service, tpm_commands
 from joinplane_cli.api import DEFAULT_TIMEOUT, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
 
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
-            6 denied or revoked, 7 server unreachable, 8 bad token or API key, 130 interrupted
+            6 denied or revoked, 7 server unreachable, 8 bad token or API key,
+            9 TPM unusable (--tpm), 10 TPM activation refused, 130 interrupted
 settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_API_KEY,
             JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
             ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
@@ -172,6 +173,8 @@ def _join(args: argparse.Namespace) -> Exit:
         rejoin=args.rejoin,
         output=args.output,
         timeout=args.timeout,
+        tpm=args.tpm,
+        tpm_ek=args.tpm_ek,
     )
     return agent.Agent(join_options).join()
 
@@ -184,6 +187,8 @@ def _agent(args: argparse.Namespace) -> Exit:
         on_renew=args.on_renew,
         output=args.output,
         timeout=args.timeout,
+        tpm=args.tpm,
+        tpm_ek=args.tpm_ek,
     )
     if args.print_systemd_unit:
         token_file = str(Path(args.token_file).absolute()) if args.token_file else None
@@ -232,6 +237,8 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.description,
         args.identity,
         args.token_out,
+        args.tpm_trust,
+        args.tpm_rejoin,
     )
 
 
@@ -356,6 +363,7 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         help="make a new key even if DIR has one (after a rejection or expiry)",
     )
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
+    tpm_commands.join_options(join)
     join.set_defaults(handler=_join)
 
     service_mode = commands.add_parser(
@@ -389,6 +397,7 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         action="store_true",
         help="print a systemd unit running this agent with these options, and exit",
     )
+    tpm_commands.join_options(service_mode)
     service_mode.set_defaults(handler=_agent)
 
     renew = commands.add_parser(
@@ -450,6 +459,16 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         "--tpm",
         choices=("off", "defer-unlisted", "require"),
         help="the TPM allow-list: defer machines whose EK is not listed, or require a listed one",
+    )
+    create.add_argument(
+        "--tpm-trust",
+        choices=("allow-list", "manufacturer"),
+        help="manufacturer: also admit an activated EK whose certificate chains to a listed manufacturer",
+    )
+    create.add_argument(
+        "--tpm-rejoin",
+        choices=("any", "activate"),
+        help="activate: a machine that joined with its TPM must activate the same TPM again to re-join",
     )
     create.add_argument(
         "--identity",
@@ -576,6 +595,8 @@ def build_parser(chosen: Mapping[str, Any] | None = None) -> argparse.ArgumentPa
         "--detail-type", help="e.g. join-request.approved (the security. prefix is optional)"
     )
     audit.set_defaults(handler=_audit)
+
+    tpm_commands.add_parser(commands, server, operator, _operator)
 
     shells = commands.add_parser(
         "completion",
