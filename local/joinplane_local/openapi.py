@@ -92,6 +92,21 @@ EXAMPLE_REQUEST_ID = "jreq_01m8nz6t2rrm70af48hhs5f7zx"
 EXAMPLE_MACHINE_ID = "mach_01m8nz6v0d5q3h2k9w7x4c1b8e"
 EXAMPLE_MACHINE_TOKEN = "jpm_01m8nz6v0d5q3h2k9w7x4c1b8e_5ycq0x3m8k2h7p1d9w4r6t0v2b8n3s5f"
 EXAMPLE_EK = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+# A TPM manufacturer's root as a site lists it (self-signed CA, P-256, valid until 2046).
+EXAMPLE_TPM_ROOT = (
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIB2jCCAX+gAwIBAgIUI25eB8pk2TdkIXsQLyunoPF21dEwCgYIKoZIzj0EAwIw\n"
+    "OjEaMBgGA1UECgwRRXhhbXBsZSBUUE0gbWFrZXIxHDAaBgNVBAMME0V4YW1wbGUg\n"
+    "VFBNIFJvb3QgQ0EwHhcNMjYxMjAyMDAxMDI4WhcNNDYxMTI3MDAxMDI4WjA6MRow\n"
+    "GAYDVQQKDBFFeGFtcGxlIFRQTSBtYWtlcjEcMBoGA1UEAwwTRXhhbXBsZSBUUE0g\n"
+    "Um9vdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABENb5x4ClRfYbMDZZG0k\n"
+    "bVrLMJy+Lvb0NogBMxsdyU2WRBLiAqEVBawyNuZPKtzCjwa9G5nFQEFFGCTEc/Y4\n"
+    "LWWjYzBhMB0GA1UdDgQWBBT4cgELnlQAn5xIkWoUSX7wrHQi2DAfBgNVHSMEGDAW\n"
+    "gBT4cgELnlQAn5xIkWoUSX7wrHQi2DAPBgNVHRMBAf8EBTADAQH/MA4GA1UdDwEB\n"
+    "/wQEAwIBBjAKBggqhkjOPQQDAgNJADBGAiEA7mhbO+S9EDyHIYMTGEFGoCzth7Wt\n"
+    "MaoCoIi2ShlXAfkCIQD8MTao02tlQHnoEPnWlS5ItjAu5kyh+XR5Zuh0Dz5Hfw==\n"
+    "-----END CERTIFICATE-----\n"
+)
 
 DOCS: dict[str, Doc] = {
     "apiKeys.create": Doc(
@@ -259,7 +274,7 @@ DOCS: dict[str, Doc] = {
         "A root (self-signed) or an intermediate that completes a chain to one. Tokens with "
         "`attestation.tpmTrust: manufacturer` admit activated EKs whose certificate chains to a listed "
         "root (docs/tpm.md).",
-        {"tenantId": "dev", "siteId": "dev-site", "certificatePem": "-----BEGIN CERTIFICATE-----\n..."},
+        {"tenantId": "dev", "siteId": "dev-site", "certificatePem": EXAMPLE_TPM_ROOT},
     ),
     "tpmAllowList.manufacturers.list": Doc(
         "List a site's TPM manufacturer certificates",
@@ -559,11 +574,20 @@ def _add_key(schema: Schema) -> None:
     pem["description"] = "One PEM CERTIFICATE block holding a DER X.509 certificate."
 
 
+def _add_manufacturer(schema: Schema) -> None:
+    pem = schema["properties"]["certificatePem"]
+    pem["pattern"] = r"^\s*-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\s]*-----END CERTIFICATE-----\s*$"
+    pem["description"] = (
+        "One PEM CERTIFICATE block: a CA certificate (basicConstraints cA true, or none), unexpired."
+    )
+
+
 REQUEST_PATCHES: dict[str, Callable[[Schema], None]] = {
     "CreateApiKey": _grants,
     "CreateJoinToken": _either("poolId", "siteId"),
     "ListJoinTokens": _either("poolId", "siteId"),
     "AddKey": _add_key,
+    "AddManufacturer": _add_manufacturer,
     "UpdatePool": _no_null("tenantId", "poolId", "cluster"),
     "RegisterEntry": _register_entry,
 }
