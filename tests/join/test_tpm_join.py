@@ -306,6 +306,8 @@ def test_a_token_can_require_the_same_tpm_again_on_rejoin(make_token, machine_fa
 
 
 def test_two_retries_with_one_secret_released_together_admit_exactly_one(make_token, machine_factory) -> None:
+    # A read-then-delete of the challenge lets several through under the same release: the
+    # harness's consume-once (tests/harness/test_race_harness.py).
     # Given a challenge answered once
     token, machine, tpm = make_token(maxUses=5), machine_factory(), SoftTpm.make()
     body = {"joinToken": token["token"], "csr": machine.csr}
