@@ -319,3 +319,21 @@ def test_two_retries_with_one_secret_released_together_admit_exactly_one(make_to
     assert (
         sorted((r.status, r.reason) for r in replies) == [(200, None)] + [(401, "TPM_ACTIVATION_FAILED")] * 7
     )
+
+
+def test_a_spent_token_challenges_only_the_keys_it_serves(make_token, machine_factory, admin_key) -> None:
+    # Given a one-use token spent by a TPM machine's join
+    token, machine, tpm = make_token(), machine_factory(), SoftTpm.make()
+    body = {"joinToken": token["token"], "csr": machine.csr}
+    assert join_with_tpm(body, machine.key, tpm)[1].status == 200
+    # When a new key presents a TPM through it, Then it is refused before any challenge is stored
+    stranger = machine_factory()
+    refused = join({"joinToken": token["token"], "csr": stranger.csr, "tpm": SoftTpm.make().presented()})
+    assert (refused.status, refused.reason) == (401, "JOIN_TOKEN_INVALID")
+    assert dynamodb_challenge(stranger.csr) is None
+    # When the machine it admitted re-joins with its TPM, Then it is challenged and re-joins
+    assert join_with_tpm(body, machine.key, tpm)[1].status == 200
+
+
+def dynamodb_challenge(csr: str) -> dict | None:
+    return dynamo.get(*challenge_key("acme", _identity(csr)))

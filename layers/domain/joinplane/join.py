@@ -519,6 +519,10 @@ def _tpm(attempt: Attempt) -> Attempt | Response:
     record = machines_db.get_identity(attempt.tenant, attempt.identity)
     if record is not None and record.request_id and not record.machine_id:
         return attempt
+    if not attempt.token.usable_at(clock.epoch()):
+        # A spent token challenges only the keys it already serves (their re-joins): no
+        # challenge is stored for a join the token would refuse anyway.
+        _refuse(join_decide.spent_token(attempt.token, record))
     observe.log("INFO", "join challenged to activate a TPM credential", outcome="challenged")
     return tpm_join.challenge(attempt.token, attempt.identity, presented)
 
