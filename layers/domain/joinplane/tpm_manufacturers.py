@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -32,7 +31,7 @@ from joinplane.dal.tpm_manufacturers import Manufacturer
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
-from joinplane.tpm_allow import MAX_PEM_CHARS, READ, SHA256_HEX, WRITE
+from joinplane.tpm_allow import MAX_PEM_CHARS, PEM_CERTIFICATE, READ, SHA256_HEX, WRITE
 from joinplane.wire import TEXT
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from joinplane import views
 
 MAX_CHAIN = 4  # EK certificate, at most three intermediates... and the root
-_PEM = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n(?P<body>[A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
 
 
 class AddManufacturer(SiteRef):
@@ -66,7 +64,7 @@ def load_pem(pem: str, field: str) -> x509.Certificate:
     """One PEM certificate, or a 400 naming `field`."""
     from cryptography import x509
 
-    match = _PEM.fullmatch(pem.strip())
+    match = PEM_CERTIFICATE.fullmatch(pem.strip())
     if len(pem) > MAX_PEM_CHARS or match is None:
         raise _invalid(field, "is not one PEM certificate (-----BEGIN CERTIFICATE-----)")
     try:
@@ -199,7 +197,7 @@ def read_ek_certificate(pem: str, ek_spki: bytes) -> tuple[x509.Certificate, EkC
     from joinplane import tpm_allow
 
     certificate = load_pem(pem, "tpm.ekCertificatePem")
-    certified = tpm_allow._subject_public_key_info(certificate.tbs_certificate_bytes)
+    certified = tpm_allow.certificate_spki(certificate.tbs_certificate_bytes)
     if _public_key_bits(certified) != _public_key_bits(ek_spki):
         raise _invalid("tpm.ekCertificatePem", "certifies another key than tpm.ekPublic")
     return certificate, EkCertificate(certificate.issuer.rfc4514_string(), f"{certificate.serial_number:x}")
