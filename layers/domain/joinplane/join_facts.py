@@ -88,6 +88,10 @@ def verified_proof(header: str, purpose: str, credential: str, body: bytes, csr:
 
 def ek_sha256(request: JoinMachineRequest) -> str:
     given = request.tpm.ekPublicKeySha256
+    if request.tpm.ekPublic:
+        # A TPM join: tpm_join compares the hash and the certificate with the EK itself (by the
+        # key's bits, so an EK certified under id-RSAES-OAEP is the same key).
+        return given
     if request.tpm.ekCertificatePem:
         from joinplane import tpm_allow
 
