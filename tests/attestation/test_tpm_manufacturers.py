@@ -9,9 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
-from joinplane import tpm_manufacturers
+from joinplane import tpm_credential, tpm_manufacturers
 from joinplane.dal.tpm_manufacturers import Manufacturer
+from joinplane.errors import InvalidArgument
 from tests.support.attestation import call, make_key
 from tests.support.table import all_items
 from tests.support.tpm_blobs import SoftManufacturer, soft_ek
@@ -101,8 +104,6 @@ NOW = datetime.now(UTC)
 
 
 def _leaf(acme: SoftManufacturer, **options: Any) -> Any:
-    from cryptography import x509
-
     return x509.load_pem_x509_certificate(acme.ek_certificate(soft_ek("ecc"), **options).encode())
 
 
@@ -128,3 +129,26 @@ def test_expired_and_foreign_certificates_do_not_chain_and_say_why(acme: SoftMan
     impostor = SoftManufacturer.make("Acme TPM")
     foreign = tpm_manufacturers.chain(_leaf(impostor), listed, NOW)
     assert foreign[0] == "" and "no manufacturer certificate listed" in foreign[1]
+
+
+RSA_ENCRYPTION = bytes.fromhex("06092a864886f70d010101")
+RSAES_OAEP = bytes.fromhex("06092a864886f70d010107")
+
+
+def test_an_ek_certified_under_the_rsaes_oaep_identifier_is_the_same_key(acme: SoftManufacturer) -> None:
+    # Given an RSA EK whose certificate names its key id-RSAES-OAEP (as some TPM vendors do)
+    ek = soft_ek("rsa")
+    der = x509.load_pem_x509_certificate(acme.ek_certificate(ek).encode()).public_bytes(
+        serialization.Encoding.DER
+    )
+    assert der.count(RSA_ENCRYPTION) == 1
+    pem = _pem(der.replace(RSA_ENCRYPTION, RSAES_OAEP))
+    spki = tpm_credential.parse_public(ek.blob).spki_der()
+    # Then the certificate is read as certifying the activated EK
+    _, facts = tpm_manufacturers.read_ek_certificate(pem, spki)
+    assert facts.issuer == "CN=Acme TPM EK CA"
+    # And a certificate of another key is refused, whatever it is labelled
+    with pytest.raises(InvalidArgument, match="another key"):
+        tpm_manufacturers.read_ek_certificate(
+            pem, tpm_credential.parse_public(soft_ek("rsa").blob).spki_der()
+        )
