@@ -35,9 +35,13 @@ AXE_STAMP := tests/console/node_modules/.installed-stamp
 
 # Debian tools the tests drive as a real client would (openssl makes CSRs and verifies chains;
 # chromium shows the operator console to tests/console, through playwright's Python API, which
-# never downloads a browser of its own).
+# never downloads a browser of its own; swtpm, swtpm_setup and tpm2-tools are the TPM stack the TPM
+# tests manufacture and drive a software TPM with).
 tools: $(AXE_STAMP)
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+	@command -v swtpm >/dev/null || { apt-get update -qq && apt-get install -y -qq swtpm; }
+	@command -v swtpm_setup >/dev/null || { apt-get update -qq && apt-get install -y -qq swtpm-tools; }
+	@command -v tpm2_createek >/dev/null || { apt-get update -qq && apt-get install -y -qq tpm2-tools; }
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium; }
 
 $(AXE_STAMP): tests/console/package-lock.json

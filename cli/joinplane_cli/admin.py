@@ -491,6 +491,8 @@ def tokens_create(
     description: str | None,
     identity: str | None = None,
     token_out: str | None = None,
+    tpm_trust: str | None = None,
+    tpm_rejoin: str | None = None,
 ) -> Exit:
     body = _target(pool, site)
     if ttl is not None:
@@ -499,7 +501,9 @@ def tokens_create(
         body["maxUses"] = max_uses
     if require_approval:
         body["requireApproval"] = True
-    attestation = {k: v for k, v in (("discovery", discovery), ("tpm", tpm), ("identity", identity)) if v}
+    chosen = [("discovery", discovery), ("tpm", tpm), ("identity", identity)]
+    chosen += [("tpmTrust", tpm_trust), ("tpmRejoin", tpm_rejoin)]
+    attestation = {k: v for k, v in chosen if v}
     if attestation:
         body["attestation"] = attestation
     if description:

@@ -8,6 +8,7 @@ the English message. An unrecognised 7 is treated as a denial.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import math
@@ -15,13 +16,13 @@ import random
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from joinplane_cli import facts as machine_facts
-from joinplane_cli import render, statedir
+from joinplane_cli import render, statedir, tpm
 from joinplane_cli.api import ApiError, Client, Response, Retry, Unreachable
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.keys import MachineKey, certificate_for, csr_matches, pem_certificates
@@ -44,6 +45,12 @@ DENIAL_EXITS = {
 PROOF_REASONS = frozenset(
     {"PROOF_REQUIRED", "PROOF_MALFORMED", "PROOF_STALE", "PROOF_INVALID", "PROOF_REPLAYED"}
 )
+# The server's refusal of a TPM's credential activation (wrong TPM, stale or replayed challenge).
+TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
+# A re-join through a token that wants the TPM a machine joined with activated again.
+TPM_ACTIVATION_REQUIRED = "TPM_ACTIVATION_REQUIRED"
+# Challenges answered in a row without an outcome: a server that keeps asking is not answered forever.
+MAX_TPM_CHALLENGES = 3
 _MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
 _MACHINE_ID = re.compile(r"mach_[0-9A-Za-z]+")
 
@@ -176,6 +183,9 @@ class JoinOptions:
     timeout: float = 30.0
     # `joinplane agent`: an unreachable or failing server is waited out (with backoff), at boot too.
     service: bool = False
+    # --tpm: attest with the TPM at TPM2TOOLS_TCTI (credential activation), its EK of `tpm_ek`.
+    tpm: bool = False
+    tpm_ek: str = "auto"
     facts_root: Path = Path("/")
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
@@ -227,6 +237,8 @@ class Agent:
     def __init__(self, options: JoinOptions) -> None:
         self.o = options
         self.client = Client(options.url, timeout=options.timeout)
+        self.tpm: tpm.Tpm | None = None
+        self.attestation: tpm.Attestation | None = None
 
     def say(self, text: str = "") -> None:
         if self.o.output != "json":
@@ -266,16 +278,32 @@ class Agent:
 
     def join(self, *, lock_held: bool = False) -> Exit:
         """Join; `lock_held` when the caller (the agent service) already holds DIR's lock."""
-        facts = machine_facts.collect(self.o.facts_root)
-        if self.o.dry_run:
-            return self._dry_run(facts)
-        if lock_held:
-            return self._join_held(facts)
-        try:
-            with statedir.locked(self.o.directory):
+        # With --tpm the EK is attested below; the facts' unproven EK hash would only be noise.
+        facts = machine_facts.collect(self.o.facts_root, tpm_ek=not self.o.tpm)
+        with self._tpm_attestation():
+            if self.o.dry_run:
+                return self._dry_run(facts)
+            if lock_held:
                 return self._join_held(facts)
-        except statedir.Busy as busy:
-            raise CliError(str(busy), Exit.USAGE) from None
+            try:
+                with statedir.locked(self.o.directory):
+                    return self._join_held(facts)
+            except statedir.Busy as busy:
+                raise CliError(str(busy), Exit.USAGE) from None
+
+    @contextlib.contextmanager
+    def _tpm_attestation(self) -> Iterator[None]:
+        """With --tpm: the TPM, and an EK and AK of it, for every join call of this run."""
+        if not self.o.tpm:
+            yield
+            return
+        with tpm.Tpm.open() as device:
+            kind = tpm.choose_kind(device, self.o.tpm_ek)
+            self.tpm, self.attestation = device, device.attestation(kind)
+            try:
+                yield
+            finally:
+                self.tpm = self.attestation = None
 
     def _join_held(self, facts: machine_facts.Facts) -> Exit:
         try:
@@ -308,13 +336,16 @@ class Agent:
         )
 
     def _body(self, facts: machine_facts.Facts, csr: str) -> dict[str, Any]:
-        return {**facts.request_fields(), "csr": csr}
+        body = {**facts.request_fields(), "csr": csr}
+        if self.attestation is not None:
+            body["tpm"] = self.attestation.fields()
+        return body
 
     def _dry_run(self, facts: machine_facts.Facts) -> Exit:
         # The stored key, if any, so the verdict is the one this machine's next join would get.
         key = self._stored_key() or MachineKey.generate()
         body = {**self._body(facts, key.csr(facts.hostname)), "dryRun": True}
-        response = self._post_join(body, key)
+        response = self._post_attested(body, key)
         verdict = str(response.body.get("verdict", "")) or ("admit" if response.body.get("ok") else "deny")
         listed = response.body.get("reasons")
         reasons = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
@@ -351,6 +382,27 @@ class Agent:
         if self.o.sleep(seconds):
             raise KeyboardInterrupt
 
+    def _post_attested(self, body: dict[str, Any], key: MachineKey) -> Response:
+        """One join call; with --tpm, a `tpmChallenge` in the answer is activated by the TPM and the
+        call made again with the recovered secret (signed by the key, as every join call is). A
+        deferred join's later polls go without the secret: the server asks again if it must."""
+        response = self._post_join(body, key)
+        for _ in range(MAX_TPM_CHALLENGES):
+            challenge = response.body.get("tpmChallenge") if response.status == 202 else None
+            if challenge is None or self.tpm is None or self.attestation is None:
+                return response
+            try:
+                credential = tpm.challenge_credential(challenge)
+            except ValueError as wrong:
+                raise CliError(f"the server's TPM challenge is unusable: {wrong}", Exit.ERROR) from None
+            secret = self.tpm.activate(self.attestation, credential)
+            answer = {**body["tpm"], "activation": {"secret": base64.b64encode(secret).decode()}}
+            response = self._post_join({**body, "tpm": answer}, key)
+        raise CliError(
+            f"the server asked for a TPM activation {MAX_TPM_CHALLENGES} times in a row without deciding",
+            Exit.ERROR,
+        )
+
     def _join_loop(self, facts: machine_facts.Facts, key: MachineKey, csr: str) -> Exit:
         body = self._body(facts, csr)
         self.say(f"Joining {self.o.url} as {facts.summary()}")
@@ -363,7 +415,7 @@ class Agent:
         try:
             while True:
                 try:
-                    response = self._post_join(body, key)
+                    response = self._post_attested(body, key)
                     backoff.reset()
                 except ApiError as failed:
                     if failed.code == "PERMISSION_DENIED":
@@ -374,6 +426,20 @@ class Agent:
                         raise CliError(
                             f"The server refused this machine's proof of its key: {failed.server_message}",
                             Exit.UNAUTHENTICATED,
+                        ) from None
+                    if failed.reason == TPM_ACTIVATION_FAILED:
+                        status.done()
+                        raise CliError(
+                            "The server refused the TPM's credential activation (the challenge expired, "
+                            "or this TPM does not hold the EK it presented); run the same join again.",
+                            Exit.TPM_REFUSED,
+                        ) from None
+                    if failed.reason == TPM_ACTIVATION_REQUIRED:
+                        status.done()
+                        raise CliError(
+                            "This machine joined with its TPM, and the join token requires the same TPM "
+                            "again to re-join: run the join with --tpm.",
+                            Exit.TPM_REFUSED,
                         ) from None
                     if failed.code == "UNAUTHENTICATED":
                         status.done()

@@ -15,6 +15,8 @@ class Exit(IntEnum):
     DENIED = 6  # an attestor denied the join, or the machine has been revoked
     UNREACHABLE = 7  # no HTTP answer at all: refused, DNS, timeout, TLS
     UNAUTHENTICATED = 8  # the join token, machine token or API key is not valid
+    TPM_UNAVAILABLE = 9  # --tpm: no tpm2-tools, no TPM at TPM2TOOLS_TCTI, or the TPM failed a step
+    TPM_REFUSED = 10  # --tpm: the server did not accept the TPM's credential activation
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 

@@ -227,6 +227,11 @@ def tpm_ek_sha256(root: Path) -> str:
             )
         for command in attempts:
             result = _run(command)
+            flush = shutil.which("tpm2_flushcontext")
+            if command[0] == createek and flush:
+                # tpm2_createek leaves the EK loaded: a TPM without a resource manager (/dev/tpm0)
+                # holds about three objects, and every join would take one more.
+                _run([flush, "-t"])
             if isinstance(result, str):
                 reasons.append(result)
                 continue
@@ -261,7 +266,7 @@ def fingerprint(root: Path, product_uuid: str | None, hostname: str) -> tuple[st
     return hashlib.sha256(b"\n".join(parts)).hexdigest(), sources
 
 
-def collect(root: Path = Path("/")) -> Facts:
+def collect(root: Path = Path("/"), *, tpm_ek: bool = True) -> Facts:
     facts = Facts(
         hostname=socket.gethostname(),
         os=platform.system().lower() or "linux",
@@ -302,10 +307,11 @@ def collect(root: Path = Path("/")) -> Facts:
     if not facts.mac_addresses:
         facts.skipped.append(("MAC addresses", "no physical network interface"))
 
-    try:
-        facts.ek_sha256 = tpm_ek_sha256(root)
-    except LookupError as missing:
-        facts.skipped.append(("TPM EK", str(missing)))
+    if tpm_ek:
+        try:
+            facts.ek_sha256 = tpm_ek_sha256(root)
+        except LookupError as missing:
+            facts.skipped.append(("TPM EK", str(missing)))
 
     facts.fingerprint, facts.fingerprint_sources = fingerprint(root, uuid, facts.hostname)
     return facts

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from joinplane_cli import completion, options
+from joinplane_cli import completion, options, tpm_commands
 from joinplane_cli.api import DEFAULT_TIMEOUT, OPERATOR_RETRY, ApiError, Client
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.version import VERSION
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 EPILOG = """\
 exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
-            6 denied or revoked, 7 server unreachable, 8 bad token or API key, 130 interrupted
+            6 denied or revoked, 7 server unreachable, 8 bad token or API key,
+            9 TPM unusable (--tpm), 10 TPM activation refused, 130 interrupted
 settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_API_KEY,
             JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
             ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
@@ -202,6 +203,8 @@ def _join(args: argparse.Namespace) -> Exit:
         rejoin=args.rejoin,
         output=args.output,
         timeout=args.timeout,
+        tpm=args.tpm,
+        tpm_ek=args.tpm_ek,
     )
     return agent.Agent(join_options).join()
 
@@ -216,6 +219,8 @@ def _agent(args: argparse.Namespace) -> Exit:
         on_renew=args.on_renew,
         output=args.output,
         timeout=args.timeout,
+        tpm=args.tpm,
+        tpm_ek=args.tpm_ek,
     )
     if args.print_systemd_unit:
         token_file = str(Path(args.token_file).absolute()) if args.token_file else None
@@ -272,6 +277,8 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.description,
         args.identity,
         args.token_out,
+        args.tpm_trust,
+        args.tpm_rejoin,
     )
 
 
@@ -429,6 +436,7 @@ def _join_command(p: Parents) -> None:
         help="make a new key even if DIR has one (after a rejection or expiry)",
     )
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
+    tpm_commands.join_options(join)
     join.set_defaults(handler=_join)
 
 
@@ -465,6 +473,7 @@ def _agent_command(p: Parents) -> None:
         action="store_true",
         help="print a systemd unit running this agent with these options, and exit",
     )
+    tpm_commands.join_options(service_mode)
     service_mode.set_defaults(handler=_agent)
 
 
@@ -547,6 +556,16 @@ def _tokens_command(p: Parents) -> None:
         "--tpm",
         choices=("off", "defer-unlisted", "require"),
         help="the TPM allow-list: defer machines whose EK is not listed, or require a listed one",
+    )
+    create.add_argument(
+        "--tpm-trust",
+        choices=("allow-list", "manufacturer"),
+        help="manufacturer: also admit an activated EK whose certificate chains to a listed manufacturer",
+    )
+    create.add_argument(
+        "--tpm-rejoin",
+        choices=("any", "activate"),
+        help="activate: a machine that joined with its TPM must activate the same TPM again to re-join",
     )
     create.add_argument(
         "--identity",
@@ -733,6 +752,10 @@ def _audit_command(p: Parents) -> None:
     audit.set_defaults(handler=_audit)
 
 
+def _tpm_command(p: Parents) -> None:
+    tpm_commands.add_parser(p.commands, p.server, p.operator, _operator)
+
+
 def _completion_command(p: Parents) -> None:
     commands = p.commands
     shells = commands.add_parser(
@@ -755,6 +778,7 @@ COMMANDS = (
     _apikeys_command,
     _ca_command,
     _audit_command,
+    _tpm_command,
     _completion_command,
 )
 

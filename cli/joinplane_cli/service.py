@@ -116,6 +116,8 @@ class ServiceOptions:
     on_renew: str | None = None
     output: str = "table"
     timeout: float = 30.0
+    tpm: bool = False
+    tpm_ek: str = "auto"
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -221,6 +223,8 @@ class Service:
                 directory=self.o.directory,
                 wait=True,
                 service=True,
+                tpm=self.o.tpm,
+                tpm_ek=self.o.tpm_ek,
                 output=self.o.output,
                 timeout=self.o.timeout,
                 out=self.o.out,
@@ -302,9 +306,16 @@ def executable() -> str:
 
 
 def systemd_unit(
-    program: str, directory: Path, url: str | None, token_file: str | None, on_renew: str | None
+    program: str,
+    directory: Path,
+    url: str | None,
+    token_file: str | None,
+    on_renew: str | None,
+    tpm_ek: str | None = None,
 ) -> str:
     arguments = [program, "agent", "--dir", str(directory)]
+    if tpm_ek is not None:
+        arguments += ["--tpm"] + ([] if tpm_ek == "auto" else ["--tpm-ek", tpm_ek])
     if url:
         arguments += ["--url", url]
     if token_file:
@@ -349,5 +360,9 @@ WantedBy=multi-user.target
 
 
 def print_unit(options: ServiceOptions, token_file: str | None) -> Exit:
-    print(systemd_unit(executable(), options.directory, options.url, token_file, options.on_renew), end="")
+    tpm_ek = options.tpm_ek if options.tpm else None
+    print(
+        systemd_unit(executable(), options.directory, options.url, token_file, options.on_renew, tpm_ek),
+        end="",
+    )
     return Exit.OK

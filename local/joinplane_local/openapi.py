@@ -92,6 +92,21 @@ EXAMPLE_REQUEST_ID = "jreq_01m8nz6t2rrm70af48hhs5f7zx"
 EXAMPLE_MACHINE_ID = "mach_01m8nz6v0d5q3h2k9w7x4c1b8e"
 EXAMPLE_MACHINE_TOKEN = "jpm_01m8nz6v0d5q3h2k9w7x4c1b8e_5ycq0x3m8k2h7p1d9w4r6t0v2b8n3s5f"
 EXAMPLE_EK = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+# A TPM manufacturer's root as a site lists it (self-signed CA, P-256, valid until 2046).
+EXAMPLE_TPM_ROOT = (
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIB2jCCAX+gAwIBAgIUI25eB8pk2TdkIXsQLyunoPF21dEwCgYIKoZIzj0EAwIw\n"
+    "OjEaMBgGA1UECgwRRXhhbXBsZSBUUE0gbWFrZXIxHDAaBgNVBAMME0V4YW1wbGUg\n"
+    "VFBNIFJvb3QgQ0EwHhcNMjYxMjAyMDAxMDI4WhcNNDYxMTI3MDAxMDI4WjA6MRow\n"
+    "GAYDVQQKDBFFeGFtcGxlIFRQTSBtYWtlcjEcMBoGA1UEAwwTRXhhbXBsZSBUUE0g\n"
+    "Um9vdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABENb5x4ClRfYbMDZZG0k\n"
+    "bVrLMJy+Lvb0NogBMxsdyU2WRBLiAqEVBawyNuZPKtzCjwa9G5nFQEFFGCTEc/Y4\n"
+    "LWWjYzBhMB0GA1UdDgQWBBT4cgELnlQAn5xIkWoUSX7wrHQi2DAfBgNVHSMEGDAW\n"
+    "gBT4cgELnlQAn5xIkWoUSX7wrHQi2DAPBgNVHRMBAf8EBTADAQH/MA4GA1UdDwEB\n"
+    "/wQEAwIBBjAKBggqhkjOPQQDAgNJADBGAiEA7mhbO+S9EDyHIYMTGEFGoCzth7Wt\n"
+    "MaoCoIi2ShlXAfkCIQD8MTao02tlQHnoEPnWlS5ItjAu5kyh+XR5Zuh0Dz5Hfw==\n"
+    "-----END CERTIFICATE-----\n"
+)
 
 DOCS: dict[str, Doc] = {
     "apiKeys.create": Doc(
@@ -253,6 +268,23 @@ DOCS: dict[str, Doc] = {
         "Remove an allowed endorsement key",
         "Returns the entry removed.",
         {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
+    ),
+    "tpmAllowList.manufacturers.add": Doc(
+        "List a TPM manufacturer's CA certificate",
+        "A root (self-signed) or an intermediate that completes a chain to one. Tokens with "
+        "`attestation.tpmTrust: manufacturer` admit activated EKs whose certificate chains to a listed "
+        "root (docs/tpm.md).",
+        {"tenantId": "dev", "siteId": "dev-site", "certificatePem": EXAMPLE_TPM_ROOT},
+    ),
+    "tpmAllowList.manufacturers.list": Doc(
+        "List a site's TPM manufacturer certificates",
+        "In the order of their certificates' SHA-256.",
+        {"tenantId": "dev", "siteId": "dev-site"},
+    ),
+    "tpmAllowList.manufacturers.remove": Doc(
+        "Remove a TPM manufacturer certificate",
+        "Returns the certificate removed.",
+        {"tenantId": "dev", "siteId": "dev-site", "certificateSha256": EXAMPLE_EK},
     ),
     "auditEvents.list": Doc(
         "List security events",
@@ -564,11 +596,20 @@ def _add_key(schema: Schema) -> None:
     pem["description"] = "One PEM CERTIFICATE block holding a DER X.509 certificate."
 
 
+def _add_manufacturer(schema: Schema) -> None:
+    pem = schema["properties"]["certificatePem"]
+    pem["pattern"] = r"^\s*-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\s]*-----END CERTIFICATE-----\s*$"
+    pem["description"] = (
+        "One PEM CERTIFICATE block: a CA certificate (basicConstraints cA true, or none), unexpired."
+    )
+
+
 REQUEST_PATCHES: dict[str, Callable[[Schema], None]] = {
     "CreateApiKey": _grants,
     "CreateJoinToken": _either("poolId", "siteId"),
     "ListJoinTokens": _either("poolId", "siteId"),
     "AddKey": _add_key,
+    "AddManufacturer": _add_manufacturer,
     "UpdatePool": _no_null("tenantId", "poolId", "cluster"),
     "RegisterEntry": _register_entry,
 }
@@ -680,6 +721,14 @@ def _join_request() -> Schema:
     )
 
 
+def _base64(limit: int) -> Schema:
+    return {
+        "type": "string",
+        "maxLength": 4 * ((limit + 2) // 3),
+        "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+    }
+
+
 def _join_schemas() -> dict[str, Schema]:
     p = _nullable
     sink = "#/components/schemas/controlplaneMachineTelemetrySinkConfig"
@@ -715,8 +764,44 @@ def _join_schemas() -> dict[str, Schema]:
                     }
                 ),
                 "ekCertificatePem": p(_string(join_wire.MAX_PEM)),
+                "ekPublic": p(
+                    {
+                        **_base64(1024),
+                        "description": "base64 of the EK's TPM2B_PUBLIC (`tpm2_createek -u`); with "
+                        "`akPublic`, the join is challenged to activate a credential (docs/tpm.md)",
+                    }
+                ),
+                "akPublic": p(
+                    {**_base64(1024), "description": "base64 of the AK's TPM2B_PUBLIC (`tpm2_createak -u`)"}
+                ),
+                "activation": p({"$ref": "#/components/schemas/joinplaneTpmActivation"}),
             },
-            "Joinplane: the TPM endorsement key, by hash or by certificate.",
+            "Joinplane: the TPM endorsement key, by hash or by certificate; with `ekPublic` and "
+            "`akPublic`, proved by credential activation (docs/tpm.md). An EK not activated counts "
+            "as no TPM.",
+        ),
+        "joinplaneTpmActivation": _object(
+            {
+                "secret": p(
+                    {
+                        **_base64(64),
+                        "description": "base64 of the secret the TPM recovered from the challenge",
+                    }
+                ),
+            },
+            "Joinplane: the retry of a TPM join, sent with a `Joinplane-Proof` header.",
+        ),
+        "joinplaneTpmChallenge": _object(
+            {
+                "credentialBlob": {**_base64(1024), "description": "base64 TPM2B_ID_OBJECT (size-prefixed)"},
+                "encryptedSecret": {
+                    **_base64(1024),
+                    "description": "base64 TPM2B_ENCRYPTED_SECRET (size-prefixed)",
+                },
+                "expiresAt": {"type": "string", "description": "RFC 3339 UTC"},
+            },
+            "Joinplane: the credential a TPM join must activate (TPM2_ActivateCredential) before its retry.",
+            required=["credentialBlob", "encryptedSecret", "expiresAt"],
         ),
         "controlplaneJoinMachineResponse": _object(
             {
@@ -747,6 +832,10 @@ def _join_schemas() -> dict[str, Schema]:
                     "type": "array",
                     "items": {"$ref": "#/components/schemas/AttestorReason"},
                     "description": "dry run: every attestor's vote",
+                },
+                "tpmChallenge": {
+                    "$ref": "#/components/schemas/joinplaneTpmChallenge",
+                    "description": "Joinplane: a TPM join's first answer (202): the credential to activate",
                 },
             },
             "levers9's `controlplaneJoinMachineResponse`, every field emitted (EmitUnpopulated), "

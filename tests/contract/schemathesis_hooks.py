@@ -1,10 +1,11 @@
 """schemathesis hooks for the contract test (loaded by the schemathesis process, `hooks = ...`).
 
 One thing a JSON Schema cannot promise: that `ekCertificatePem`'s base64 is a DER X.509
-certificate. The document says so in words and pins the PEM shape; for schema-valid (positive)
-requests this hook puts a real certificate (made by openssl for the test, path in
-JOINPLANE_CONTRACT_EK_PEM) in place of the generated base64, so that such a request is judged on
-everything else. Negative requests are sent as generated.
+certificate (and `certificatePem`'s a CA's). The document says so in words and pins the PEM shape;
+for schema-valid (positive) requests this hook puts a real certificate (made by openssl for the
+test, path in JOINPLANE_CONTRACT_EK_PEM; the manufacturer root of the document's own example) in
+place of the generated base64, so that such a request is judged on everything else. Negative
+requests are sent as generated.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import schemathesis
 from schemathesis.generation import GenerationMode
 
+from joinplane_local.openapi import EXAMPLE_TPM_ROOT
+
 _PEM = Path(os.environ["JOINPLANE_CONTRACT_EK_PEM"]).read_text()
 
 
@@ -26,3 +29,5 @@ def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
     body = case.body
     if positive and isinstance(body, dict) and isinstance(body.get("ekCertificatePem"), str):
         case.body = {**body, "ekCertificatePem": _PEM}
+    if positive and isinstance(body, dict) and isinstance(body.get("certificatePem"), str):
+        case.body = {**body, "certificatePem": EXAMPLE_TPM_ROOT}

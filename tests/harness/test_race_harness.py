@@ -121,6 +121,30 @@ def mark_conditionally(index: int) -> bool:
     )
 
 
+# --- consume once (a TPM join's activation challenge) -------------------------------------------
+
+DIGEST = "ab" * 32
+
+
+def consume_read_then_write(index: int) -> bool:
+    item = read()
+    if item is None or item["secretSha256"]["S"] != DIGEST:
+        return False
+    dynamodb().delete_item(TableName=settings().table_name, Key=KEY)
+    return True
+
+
+def consume_conditionally(index: int) -> bool:
+    return conditional(
+        lambda: dynamodb().delete_item(
+            TableName=settings().table_name,
+            Key=KEY,
+            ConditionExpression="secretSha256 = :digest",
+            ExpressionAttributeValues={":digest": {"S": DIGEST}},
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Guarantee:
     start: dict[str, Any] | None  # the item before the race (None: no item)
@@ -133,6 +157,9 @@ GUARANTEES = {
     "create-once": Guarantee(None, create_read_then_write, create_conditionally, 1),
     "k-uses": Guarantee({"uses": {"N": str(USES)}}, take_read_then_write, take_conditionally, USES),
     "mark-once": Guarantee({}, mark_read_then_write, mark_conditionally, 1),
+    "consume-once": Guarantee(
+        {"secretSha256": {"S": DIGEST}}, consume_read_then_write, consume_conditionally, 1
+    ),
 }
 
 

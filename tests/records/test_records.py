@@ -12,6 +12,8 @@ from joinplane.dal.machines import Machine
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import JoinToken
+from joinplane.dal.tpm_challenges import Challenge
+from joinplane.dal.tpm_manufacturers import Manufacturer
 
 # Items as the table holds them today, attribute for attribute.
 TOKEN_ITEM: dict[str, Any] = {
@@ -31,7 +33,13 @@ TOKEN_ITEM: dict[str, Any] = {
     "maxUses": 3,
     "usesRemaining": 2,
     "requireApproval": True,
-    "attestation": {"discovery": "defer-unknown", "tpm": "off", "identity": "key"},
+    "attestation": {
+        "discovery": "defer-unknown",
+        "tpm": "require",
+        "identity": "key",
+        "tpmTrust": "manufacturer",
+        "tpmRejoin": "activate",
+    },
     "createdAt": "2026-01-01T00:00:00Z",
     "createdBy": "key_01hzz",
     "ttl": 1_767_312_000 + 35 * 86_400,
@@ -70,7 +78,15 @@ REQUEST_ITEM: dict[str, Any] = {
         "schedulable": True,
         "workerImage": "",
         "hardware": {"serialNumber": "PF2ABCDE", "systemUuid": "", "macAddresses": ["aa:bb:cc:dd:ee:f0"]},
-        "tpm": {"ekPublicKeySha256": "ef" * 32},
+        "tpm": {
+            "ekPublicKeySha256": "ef" * 32,
+            "activated": True,
+            "verifiedBy": "manufacturer",
+            "manufacturer": "CN=Acme TPM Root CA",
+            "ekCertificateIssuer": "CN=Acme TPM EK CA",
+            "ekCertificateSerial": "1f",
+            "akName": "000b" + "ab" * 32,
+        },
         "preflight": [{"name": "disk", "ok": True, "message": "", "severity": ""}],
     },
     "csrPublicKeySha256": "cd" * 32,
@@ -153,6 +169,37 @@ API_KEY_ITEM: dict[str, Any] = {
 }
 
 
+# A TPM join's challenge: only the secret's digest, and what it is bound to.
+CHALLENGE_ITEM: dict[str, Any] = {
+    "pk": "TPMCHALLENGE#acme#" + "a" * 64,
+    "sk": "TPMCHALLENGE",
+    "tenantId": "acme",
+    "identity": "a" * 64,
+    "tokenId": "jtok_01hzz",
+    "secretSha256": "b" * 64,
+    "ekSha256": "c" * 64,
+    "akName": "000b" + "d" * 64,
+    "expiresAtEpoch": 1_800_000_300,
+    "ttl": 1_800_000_300,
+}
+
+MANUFACTURER_ITEM: dict[str, Any] = {
+    "pk": "SITE#acme#eu-1#TPMCA",
+    "sk": "CA#" + "e" * 64,
+    "tenantId": "acme",
+    "siteId": "eu-1",
+    "certificateSha256": "e" * 64,
+    "certificatePem": "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n",
+    "subject": "CN=Acme TPM Root CA",
+    "issuer": "CN=Acme TPM Root CA",
+    "root": True,
+    "notAfter": "2036-01-01T00:00:00Z",
+    "description": "Acme",
+    "createdAt": "2026-01-01T00:00:00Z",
+    "createdBy": "key_01hzz",
+}
+
+
 def stored(item: dict[str, Any]) -> dict[str, Any]:
     """What DynamoDB keeps of an item: None-valued attributes are never written."""
     return {k: v for k, v in item.items() if v is not None}
@@ -166,8 +213,10 @@ def stored(item: dict[str, Any]) -> dict[str, Any]:
         (ApiKey, API_KEY_ITEM),
         (Pool, POOL_ITEM),
         (Machine, MACHINE_ITEM),
+        (Challenge, CHALLENGE_ITEM),
+        (Manufacturer, MANUFACTURER_ITEM),
     ],
-    ids=["join token", "join request", "api key", "pool", "machine"],
+    ids=["join token", "join request", "api key", "pool", "machine", "tpm challenge", "tpm manufacturer"],
 )
 def test_a_stored_item_reads_and_writes_back_unchanged(record: Any, item: dict[str, Any]) -> None:
     assert stored(record.from_item(item).to_item()) == item

@@ -34,7 +34,9 @@ READ, WRITE = "compute:attestation:read", "compute:attestation:write"
 # Either case is accepted (Windows tools print hashes uppercase); stored and shown lowercase.
 SHA256_HEX = r"^[0-9a-fA-F]{64}$"
 MAX_PEM_CHARS = 16 * 1024
-_PEM = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n(?P<body>[A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
+PEM_CERTIFICATE = re.compile(
+    r"-----BEGIN CERTIFICATE-----\r?\n(?P<body>[A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----"
+)
 
 
 class AddKey(SiteRef):
@@ -90,7 +92,7 @@ def ek_hash_from_certificate(pem: str) -> str:
 
     if len(pem) > MAX_PEM_CHARS:
         raise InvalidCertificate(f"is over {MAX_PEM_CHARS} characters")
-    match = _PEM.fullmatch(pem.strip())
+    match = PEM_CERTIFICATE.fullmatch(pem.strip())
     if match is None:
         raise InvalidCertificate("is not one PEM certificate (-----BEGIN CERTIFICATE-----)")
     try:
@@ -98,10 +100,10 @@ def ek_hash_from_certificate(pem: str) -> str:
         certificate = x509.load_der_x509_certificate(encoded)
     except (ValueError, binascii.Error, x509.InvalidVersion):
         raise InvalidCertificate("is not a valid X.509 certificate") from None
-    return spki_sha256(_subject_public_key_info(certificate.tbs_certificate_bytes))
+    return spki_sha256(certificate_spki(certificate.tbs_certificate_bytes))
 
 
-def _subject_public_key_info(tbs: bytes) -> bytes:
+def certificate_spki(tbs: bytes) -> bytes:
     """TBSCertificate's SPKI, as encoded: after serialNumber, signature, issuer, validity and
     subject, and an explicit [0] version before those unless it is absent (v1)."""
     first = der.header(tbs, 0)[1]

@@ -73,6 +73,7 @@ class MachineImage(NamedTuple):
     identity: str | None = None
     certificate_serial: str | None = None
     last_renewed_at: str | None = None
+    facts: Item | None = None  # as stored: the join's facts (the TPM it proved, for the event)
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:

@@ -1,7 +1,7 @@
 import { all } from "./api.js";
 import { decide, host } from "./decide.js";
 import { announce, clear, field, h, hostname, row, select, table, words } from "./dom.js";
-import { badge, resources, when } from "./format.js";
+import { badge, resources, tpmSummary, when } from "./format.js";
 import { keyName, keysOf } from "./keys.js";
 
 export const title = "Approval queue";
@@ -36,11 +36,17 @@ function placeCell(request) {
 }
 
 function reasons(request) {
-  if (!request.reasons || request.reasons.length === 0) return h("span", { class: "muted", text: "none" });
+  const tpm = request.machine && request.machine.tpm;
+  // What the TPM proved is beside the votes: an operator approving a TPM join sees it.
+  const proved = tpm && tpm.ekPublicKeySha256 ? [h("li", {}, h("strong", { text: "TPM: " }), tpmSummary(tpm))] : [];
+  if ((!request.reasons || request.reasons.length === 0) && proved.length === 0) {
+    return h("span", { class: "muted", text: "none" });
+  }
   return h(
     "ul",
     { class: "reasons" },
-    request.reasons.map((r) => h("li", {}, h("strong", { class: "word", text: `${r.attestor}:` }), " ", words(r.message || r.code))),
+    (request.reasons || []).map((r) => h("li", {}, h("strong", { class: "word", text: `${r.attestor}:` }), " ", words(r.message || r.code))),
+    ...proved,
   );
 }
 
