@@ -254,6 +254,23 @@ DOCS: dict[str, Doc] = {
         "Returns the entry removed.",
         {"tenantId": "dev", "siteId": "dev-site", "ekPublicKeySha256": EXAMPLE_EK},
     ),
+    "tpmAllowList.manufacturers.add": Doc(
+        "List a TPM manufacturer's CA certificate",
+        "A root (self-signed) or an intermediate that completes a chain to one. Tokens with "
+        "`attestation.tpmTrust: manufacturer` admit activated EKs whose certificate chains to a listed "
+        "root (docs/tpm.md).",
+        {"tenantId": "dev", "siteId": "dev-site", "certificatePem": "-----BEGIN CERTIFICATE-----\n..."},
+    ),
+    "tpmAllowList.manufacturers.list": Doc(
+        "List a site's TPM manufacturer certificates",
+        "In the order of their certificates' SHA-256.",
+        {"tenantId": "dev", "siteId": "dev-site"},
+    ),
+    "tpmAllowList.manufacturers.remove": Doc(
+        "Remove a TPM manufacturer certificate",
+        "Returns the certificate removed.",
+        {"tenantId": "dev", "siteId": "dev-site", "certificateSha256": EXAMPLE_EK},
+    ),
     "auditEvents.list": Doc(
         "List security events",
         "Newest first. With `poolId`, the pool's events (a pool-scoped key suffices); without, the tenant's.",
@@ -658,6 +675,14 @@ def _join_request() -> Schema:
     )
 
 
+def _base64(limit: int) -> Schema:
+    return {
+        "type": "string",
+        "maxLength": 4 * ((limit + 2) // 3),
+        "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+    }
+
+
 def _join_schemas() -> dict[str, Schema]:
     p = _nullable
     sink = "#/components/schemas/controlplaneMachineTelemetrySinkConfig"
@@ -693,8 +718,44 @@ def _join_schemas() -> dict[str, Schema]:
                     }
                 ),
                 "ekCertificatePem": p(_string(join_wire.MAX_PEM)),
+                "ekPublic": p(
+                    {
+                        **_base64(1024),
+                        "description": "base64 of the EK's TPM2B_PUBLIC (`tpm2_createek -u`); with "
+                        "`akPublic`, the join is challenged to activate a credential (docs/tpm.md)",
+                    }
+                ),
+                "akPublic": p(
+                    {**_base64(1024), "description": "base64 of the AK's TPM2B_PUBLIC (`tpm2_createak -u`)"}
+                ),
+                "activation": p({"$ref": "#/components/schemas/joinplaneTpmActivation"}),
             },
-            "Joinplane: the TPM endorsement key, by hash or by certificate.",
+            "Joinplane: the TPM endorsement key, by hash or by certificate; with `ekPublic` and "
+            "`akPublic`, proved by credential activation (docs/tpm.md). An EK not activated counts "
+            "as no TPM.",
+        ),
+        "joinplaneTpmActivation": _object(
+            {
+                "secret": p(
+                    {
+                        **_base64(64),
+                        "description": "base64 of the secret the TPM recovered from the challenge",
+                    }
+                ),
+            },
+            "Joinplane: the retry of a TPM join, sent with a `Joinplane-Proof` header.",
+        ),
+        "joinplaneTpmChallenge": _object(
+            {
+                "credentialBlob": {**_base64(1024), "description": "base64 TPM2B_ID_OBJECT (size-prefixed)"},
+                "encryptedSecret": {
+                    **_base64(1024),
+                    "description": "base64 TPM2B_ENCRYPTED_SECRET (size-prefixed)",
+                },
+                "expiresAt": {"type": "string", "description": "RFC 3339 UTC"},
+            },
+            "Joinplane: the credential a TPM join must activate (TPM2_ActivateCredential) before its retry.",
+            required=["credentialBlob", "encryptedSecret", "expiresAt"],
         ),
         "controlplaneJoinMachineResponse": _object(
             {
@@ -725,6 +786,10 @@ def _join_schemas() -> dict[str, Schema]:
                     "type": "array",
                     "items": {"$ref": "#/components/schemas/AttestorReason"},
                     "description": "dry run: every attestor's vote",
+                },
+                "tpmChallenge": {
+                    "$ref": "#/components/schemas/joinplaneTpmChallenge",
+                    "description": "Joinplane: a TPM join's first answer (202): the credential to activate",
                 },
             },
             "levers9's `controlplaneJoinMachineResponse`, every field emitted (EmitUnpopulated), "

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from joinplane import keyauth
 from joinplane.join_requests import ApproveJoinRequest, approve
 from tests.support import call, join
+from tests.support.tpm_blobs import SoftTpm, join_with_tpm
 
 
 def reasons(reply) -> list[str]:
@@ -60,7 +59,7 @@ def test_revoking_a_machine_releases_its_hardware_ids(make_token, machine_factor
 
 def test_tpm_policies(make_token, machine_factory, admin_key) -> None:
     # Given a token that requires a TPM
-    ek = hashlib.sha256(b"an endorsement key").hexdigest()
+    tpm = SoftTpm.make()
     required = make_token(attestation={"tpm": "require"}, maxUses=5)
     # When a machine joins without one, Then it is denied
     denied = join({"joinToken": required["token"], "csr": machine_factory().csr})
@@ -69,25 +68,20 @@ def test_tpm_policies(make_token, machine_factory, admin_key) -> None:
         7,
         "JOIN_DENIED",
     ) and "TPM" in denied.body["message"]
-    # When one joins with an EK the site's allow-list lacks, Then it is deferred
-    unlisted = join(
-        {"joinToken": required["token"], "csr": machine_factory().csr, "tpm": {"ekPublicKeySha256": ek}}
-    )
+    # When one proves a TPM whose EK the site's allow-list lacks, Then it is deferred
+    machine = machine_factory()
+    _, unlisted = join_with_tpm({"joinToken": required["token"], "csr": machine.csr}, machine.key, tpm)
     assert reasons(unlisted) == ["tpm_unlisted"]
-    # When the EK is added to the allow-list, Then a join with it (in any case) is admitted
+    # When the EK is added to the allow-list, Then a join proving it is admitted
     added = call(
         "/api/compute/tpmAllowList/add",
-        {"tenantId": "acme", "siteId": "rack-1", "ekPublicKeySha256": ek},
+        {"tenantId": "acme", "siteId": "rack-1", "ekPublicKeySha256": tpm.ek_sha256().upper()},
         admin_key,
     )
     assert added.status == 200, added.body
-    listed = join(
-        {
-            "joinToken": required["token"],
-            "csr": machine_factory().csr,
-            "tpm": {"ekPublicKeySha256": ek.upper()},
-        }
-    )
+    other = SoftTpm(tpm.ek, SoftTpm.make().ak_blob)  # the same TPM, a new AK
+    machine = machine_factory()
+    _, listed = join_with_tpm({"joinToken": required["token"], "csr": machine.csr}, machine.key, other)
     assert listed.status == 200, listed.body
 
 

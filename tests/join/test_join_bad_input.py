@@ -13,6 +13,7 @@ from joinplane.dal import dynamo
 from joinplane.dal.tokens import token_key
 from tests.support import join
 from tests.support.table import all_items
+from tests.support.tpm_blobs import SoftTpm
 
 
 def uses_left(token: dict) -> int:
@@ -139,3 +140,60 @@ def test_a_one_mebibyte_body_is_413_before_parsing(make_token) -> None:
     )
     assert (reply.status, reply.body["code"], reply.reason) == (413, 8, "PAYLOAD_TOO_LARGE")
     assert all_items() == before
+
+
+def _tpm_case(case: str, tpm: SoftTpm) -> dict:
+    """The `tpm` of a join that gets its TPM fields wrong, one way each."""
+    fields: dict = tpm.presented()
+    if case == "ekPublic not base64":
+        fields["ekPublic"] = "not base64!"
+    elif case == "ekPublic unpadded":
+        fields["ekPublic"] = fields["ekPublic"].rstrip("=") + "A"
+    elif case == "ekPublic oversize":
+        fields["ekPublic"] = base64.b64encode(bytes(1100)).decode()
+    elif case == "ekPublic garbage":
+        fields["ekPublic"] = base64.b64encode(b"\x00\x04garb").decode()
+    elif case == "akPublic alone":
+        fields.pop("ekPublic")
+    elif case == "an AK for an EK":
+        fields["ekPublic"] = fields["akPublic"]
+    elif case == "activation alone":
+        fields = {"activation": {"secret": base64.b64encode(bytes(32)).decode()}}
+    elif case == "activation not base64":
+        fields["activation"] = {"secret": "%%%"}
+    elif case == "activation unknown field":
+        fields["activation"] = {"secret": "", "nonce": "1"}
+    elif case == "ek hash of another key":
+        fields["ekPublicKeySha256"] = "ab" * 32
+    return fields
+
+
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("ekPublic not base64", "tpm.ekPublic"),
+        ("ekPublic unpadded", "tpm.ekPublic"),
+        ("ekPublic oversize", "tpm.ekPublic"),
+        ("ekPublic garbage", "tpm.ekPublic"),
+        ("akPublic alone", "together"),
+        ("an AK for an EK", "tpm.ekPublic"),
+        ("activation alone", "together"),
+        ("activation not base64", "tpm.activation.secret"),
+        ("activation unknown field", "nonce"),
+        ("ek hash of another key", "ekPublicKeySha256"),
+        ("no csr", "csr"),
+    ],
+)
+def test_bad_tpm_input_is_refused_and_changes_nothing(case, says, make_token, machine_factory) -> None:
+    # Given a token with one use, When a TPM join gets its TPM fields wrong
+    token, machine, tpm = make_token(), machine_factory(), SoftTpm.make()
+    body: dict = {"joinToken": token["token"], "csr": machine.csr, "tpm": _tpm_case(case, tpm)}
+    if case == "no csr":
+        body = {"joinToken": token["token"], "machineFingerprint": "m-1", "tpm": tpm.presented()}
+    before = all_items()
+    reply = join(body)
+    # Then it is refused naming the field, nothing is stored (no challenge either), no use is taken
+    assert (reply.status, reply.body["code"], reply.reason) == (400, 3, "VALIDATION_FAILED"), reply.body
+    assert says in reply.body["message"], reply.body
+    assert all_items() == before
+    assert uses_left(token) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -10,7 +12,8 @@ import pytest
 
 from joinplane import aws, container, keyauth
 from joinplane.join_requests import ApproveJoinRequest, approve
-from tests.support import join
+from tests.support import call, join
+from tests.support.tpm_blobs import SoftTpm, with_answer
 
 
 def count_into(counted: Counter[str]) -> None:
@@ -95,3 +98,66 @@ def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) 
     # it is also the pool's first certificate: + its CA pointer read and the CA's own transaction
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 200
     assert calls == Counter({"GetItem": 3, "TransactWriteItems": 3})
+
+
+TPM_MODULES = (
+    "tpm_credential",
+    "tpm_join",
+    "tpm_manufacturers",
+    "dal.tpm_challenges",
+    "dal.tpm_manufacturers",
+)
+
+
+class _Forbidden(importlib.abc.MetaPathFinder):
+    """Fails any import of the TPM activation code while installed."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name.removeprefix("joinplane.") in TPM_MODULES:
+            raise AssertionError(f"a join without TPM attestation imported {name}")
+
+
+def test_a_join_without_tpm_attestation_loads_no_tpm_code(
+    make_token, machine_factory, admin_key, calls, monkeypatch
+) -> None:
+    # Given none of the TPM activation code loaded, and importing it failing
+    for name in TPM_MODULES:
+        monkeypatch.delitem(sys.modules, f"joinplane.{name}", raising=False)
+        # `from joinplane import x` finds a loaded x on the package without importing it again
+        package, _, module = f"joinplane.{name}".rpartition(".")
+        monkeypatch.delattr(sys.modules[package], module, raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Forbidden(), *sys.meta_path])
+    # When machines join through a token with a TPM policy, one claiming an EK without activation
+    token = make_token(attestation={"tpm": "defer-unlisted"}, maxUses=5)
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 202
+    calls.clear()
+    claimed = {"ekPublicKeySha256": "ab" * 32}
+    assert join({"joinToken": token["token"], "csr": machine_factory().csr, "tpm": claimed}).status == 202
+    # Then nothing of it was imported, and a claimed EK costs no lookup: it counts as no TPM
+    assert not [m for m in sys.modules if m.removeprefix("joinplane.") in TPM_MODULES]
+    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+
+
+def test_a_tpm_join_costs_a_challenge_then_a_consume(make_token, machine_factory, admin_key, calls) -> None:
+    # Given a token with a TPM policy, a listed TPM, and a warm container
+    assert join({"joinToken": make_token()["token"], "csr": machine_factory().csr}).status == 200
+    token = make_token(attestation={"tpm": "require"}, maxUses=5)
+    tpm, machine = SoftTpm.make(), machine_factory()
+    body = {"ekPublicKeySha256": tpm.ek_sha256()}
+    assert (
+        call(
+            "/api/compute/tpmAllowList/add", {"tenantId": "acme", "siteId": "rack-1", **body}, admin_key
+        ).status
+        == 200
+    )
+    calls.clear()
+    # When it is challenged: the token, the key's history (a pending poll is not challenged), the challenge
+    first = join({"joinToken": token["token"], "csr": machine.csr, "tpm": tpm.presented()})
+    assert first.status == 202 and calls == Counter({"GetItem": 2, "PutItem": 1})
+    calls.clear()
+    # When it answers: the token, the consume, the allow-list entry, the admit
+    retry = with_answer(
+        {"joinToken": token["token"], "csr": machine.csr}, tpm, tpm.answer(first.body["tpmChallenge"])
+    )
+    assert join(retry, signed_by=machine.key).status == 200
+    assert calls == Counter({"GetItem": 2, "DeleteItem": 1, "TransactWriteItems": 1})

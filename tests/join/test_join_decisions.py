@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import errors, join_decide
-from joinplane.attestors import DEFER, DENY, Vote
-from joinplane.dal.machines import Identity, Machine, MachineFacts
+from joinplane import attestors, errors, join_decide
+from joinplane.attestors import DEFER, DENY, Facts, Vote
+from joinplane.dal.machines import Identity, Machine, MachineFacts, TpmFacts
 from joinplane.dal.pools import Bootstrap, Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import AttestationPolicy, JoinToken
@@ -133,6 +133,18 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequest:
 PROVEN = Presented(KEY, PROOF_MS)
 UNPROVEN = Presented(KEY)
 FINGERPRINTED = Presented(FINGERPRINT)
+
+ACTIVATED = TpmFacts(KEY, activated=True, verified_by="allow-list")
+REJOIN_ACTIVATES = AttestationPolicy(tpm="defer-unlisted", tpm_rejoin="activate")
+
+
+def tpm_votes(policy: str, facts: Facts, trust: str = "allow-list") -> list[Vote]:
+    return attestors.tpm(policy, facts, trust=trust)
+
+
+def codes(votes: list[Vote]) -> list[str]:
+    return [f"{v.verdict}:{v.code}" for v in votes]
+
 
 DENY_VOTE = Vote("tpm", DENY, "tpm_required", "this join token requires a TPM endorsement key")
 DEFER_VOTE = Vote("token", DEFER, "approval_required", "this join token requires an operator's approval")
@@ -535,6 +547,88 @@ ROWS = [
         "dry run, a token with a use left: a deny comes before another pool's refusal",
         dry(the_token=token(pool_id="cpu"), the_machine=machine(), votes=(DENY_VOTE,), voted_first=True),
         Verdict("deny", "join denied: " + DENY_VOTE.message),
+    ),
+    # --- 6. the tpm attestor: it votes only on an EK the TPM proved it holds ---
+    Row("tpm off: no vote", lambda: codes(tpm_votes("off", Facts(ek_claimed=True))), []),
+    Row(
+        "tpm required, none presented: deny",
+        lambda: codes(tpm_votes("require", Facts())),
+        ["deny:tpm_required"],
+    ),
+    Row(
+        "tpm required, an EK claimed without activation: deny as none",
+        lambda: codes(tpm_votes("require", Facts(ek_sha256="", ek_claimed=True, ek_listed=True))),
+        ["deny:tpm_required"],
+    ),
+    Row(
+        "tpm defer-unlisted, an EK claimed without activation: defer as not activated",
+        lambda: codes(tpm_votes("defer-unlisted", Facts(ek_claimed=True))),
+        ["defer:tpm_not_activated"],
+    ),
+    Row(
+        "tpm defer-unlisted, none presented: defer",
+        lambda: codes(tpm_votes("defer-unlisted", Facts())),
+        ["defer:tpm_missing"],
+    ),
+    Row(
+        "an activated, allow-listed EK: no vote",
+        lambda: codes(tpm_votes("require", Facts(ek_sha256=KEY, ek_listed=True))),
+        [],
+    ),
+    Row(
+        "an activated EK on no allow-list: defer, under require too",
+        lambda: codes(tpm_votes("require", Facts(ek_sha256=KEY, ek_listed=False))),
+        ["defer:tpm_unlisted"],
+    ),
+    Row(
+        "an activated EK of a listed manufacturer, the token trusting manufacturers: no vote",
+        lambda: codes(
+            tpm_votes(
+                "require", Facts(ek_sha256=KEY, ek_listed=False, ek_manufacturer="CN=Acme"), "manufacturer"
+            )
+        ),
+        [],
+    ),
+    Row(
+        "an activated EK of a listed manufacturer, the token trusting only its allow-list: defer",
+        lambda: codes(tpm_votes("require", Facts(ek_sha256=KEY, ek_listed=False, ek_manufacturer="CN=Acme"))),
+        ["defer:tpm_unlisted"],
+    ),
+    Row(
+        "the certificate's problem is in the deferral's words",
+        lambda: (
+            "expired"
+            in tpm_votes(
+                "require", Facts(ek_sha256=KEY, ek_certificate_problem="it expired"), "manufacturer"
+            )[0].message
+        ),
+        True,
+    ),
+    # --- 5. re-join with `tpmRejoin: activate` ---
+    Row(
+        "tpmRejoin any: a TPM machine re-joins without activating",
+        lambda: join_decide.tpm_rejoin(token(), ACTIVATED, ""),
+        None,
+    ),
+    Row(
+        "tpmRejoin activate: a machine that joined without a TPM re-joins without one",
+        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), TpmFacts(KEY), ""),
+        None,
+    ),
+    Row(
+        "tpmRejoin activate: a TPM machine must activate again",
+        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), ACTIVATED, ""),
+        Refused(Unauthenticated, errors.TPM_ACTIVATION_REQUIRED),
+    ),
+    Row(
+        "tpmRejoin activate: another TPM is denied",
+        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), ACTIVATED, "c" * 64),
+        Refused(PermissionDenied, errors.JOIN_DENIED),
+    ),
+    Row(
+        "tpmRejoin activate: the same TPM activated again re-joins",
+        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), ACTIVATED, KEY),
+        None,
     ),
     Row(
         "dry run, a spent token: a pending request's retry takes no vote",

@@ -36,8 +36,11 @@ class Facts:
     placeholders: tuple[tuple[str, str], ...] = ()
     held_by_others: tuple[tuple[str, str], ...] = ()  # (field, value) another active machine holds
     discovery_known: bool | None = None  # None: the policy is off, nothing was looked up
-    ek_sha256: str = ""
+    ek_sha256: str = ""  # the EK the TPM proved it holds (credential activation); "": none
+    ek_claimed: bool = False  # an EK was presented without activation: it counts as no TPM
     ek_listed: bool | None = None
+    ek_manufacturer: str = ""  # the listed root the activated EK's certificate chains to
+    ek_certificate_problem: str = ""  # why it does not (when the token trusts manufacturers)
     key_bound: bool = True  # the join carries a CSR: its identity is a key
 
 
@@ -68,18 +71,25 @@ def discovery(policy: str, facts: Facts) -> list[Vote]:
     ]
 
 
-def tpm(policy: str, facts: Facts) -> list[Vote]:
+def tpm(policy: str, facts: Facts, *, trust: str = "allow-list") -> list[Vote]:
+    """Votes only on an EK the TPM proved it holds: an EK hash or certificate presented without
+    credential activation is public material anyone can copy, and counts as no TPM."""
     if policy == "off":
         return []
     if not facts.ek_sha256:
+        unproved = " (an endorsement key presented without credential activation counts as none)"
         if policy == "require":
-            return [Vote("tpm", DENY, "tpm_required", "this join token requires a TPM endorsement key")]
+            message = "this join token requires a TPM that proves it holds its endorsement key"
+            return [Vote("tpm", DENY, "tpm_required", message + (unproved if facts.ek_claimed else ""))]
+        if facts.ek_claimed:
+            return [Vote("tpm", DEFER, "tpm_not_activated", "no TPM was proved" + unproved)]
         return [Vote("tpm", DEFER, "tpm_missing", "no TPM endorsement key was presented")]
-    if not facts.ek_listed:
-        return [
-            Vote("tpm", DEFER, "tpm_unlisted", "the TPM endorsement key is on no allow-list of this site")
-        ]
-    return []
+    if facts.ek_listed or (trust == "manufacturer" and facts.ek_manufacturer):
+        return []
+    message = "the TPM endorsement key is on no allow-list of this site"
+    if trust == "manufacturer":
+        message += f", and its certificate does not verify: {facts.ek_certificate_problem or 'none was sent'}"
+    return [Vote("tpm", DEFER, "tpm_unlisted", message)]
 
 
 def identity(policy: str, facts: Facts) -> list[Vote]:
@@ -116,7 +126,7 @@ def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
         *token_policy(token),
         *hardware_ids(facts),
         *discovery(policy.discovery, facts),
-        *tpm(policy.tpm, facts),
+        *tpm(policy.tpm, facts, trust=policy.tpm_trust or "allow-list"),
         *identity(policy.identity_policy, facts),
     ]
 

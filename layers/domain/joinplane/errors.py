@@ -52,6 +52,9 @@ PROOF_MALFORMED = "PROOF_MALFORMED"
 PROOF_STALE = "PROOF_STALE"
 PROOF_INVALID = "PROOF_INVALID"
 PROOF_REPLAYED = "PROOF_REPLAYED"
+# TPM credential activation (docs/tpm.md): one reason for every way an activation answer fails.
+TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
+TPM_ACTIVATION_REQUIRED = "TPM_ACTIVATION_REQUIRED"
 
 CATALOGUE = frozenset(
     {
@@ -90,6 +93,8 @@ CATALOGUE = frozenset(
         PROOF_STALE,
         PROOF_INVALID,
         PROOF_REPLAYED,
+        TPM_ACTIVATION_FAILED,
+        TPM_ACTIVATION_REQUIRED,
     }
 )
 # ErrorInfo's `domain`: the service that names the reasons.

@@ -45,7 +45,7 @@ from joinplane.dal import joins as joins_db
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.machines import Claim, Identity, Machine
+from joinplane.dal.machines import Claim, Identity, Machine, TpmFacts
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest, VoteReason
 from joinplane.deadline import attempts
@@ -194,6 +194,7 @@ def _new_machine(
     baseline: str | None,
     claims: list[Claim],
     request_id: str | None,
+    tpm: TpmFacts,
 ) -> Machine:
     return Machine(
         machine_id=machine_id,
@@ -207,7 +208,7 @@ def _new_machine(
         machine_token_sha256=credentials.digest(secret),
         token_generation=1,
         schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
-        facts=machines.facts_of(attempt.request),
+        facts=machines.facts_of(attempt.request)._replace(tpm=tpm),
         worker_image_baseline=baseline,
         claims=tuple(claims),
         certificate_serial=cert.serial or None,
@@ -217,7 +218,7 @@ def _new_machine(
     )
 
 
-def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> JoinRequest:
+def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote], tpm: TpmFacts) -> JoinRequest:
     token, now = attempt.token, clock.epoch()
     expires = int(now) + (pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL)
     return JoinRequest(
@@ -229,7 +230,7 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote]) -> Join
         identity=attempt.identity,
         state="pending",
         reasons=tuple(VoteReason(v.attestor, v.code, v.message) for v in votes),
-        machine=machines.facts_of(attempt.request),
+        machine=machines.facts_of(attempt.request)._replace(tpm=tpm),
         csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
         created_at=clock.rfc3339(now),
         expires_at=clock.rfc3339(expires),
@@ -251,7 +252,8 @@ def _fresh(attempt: Attempt) -> Response | Identity:
         decided = join_decide.fresh(votes)
         if isinstance(decided, Refuse):
             raise decided.error
-        outcome, response = _commit_fresh(attempt, decided, pool, votes)
+        tpm = join_facts.tpm_facts(attempt, facts)
+        outcome, response = _commit_fresh(attempt, decided, pool, votes, tpm)
         match outcome:
             case joins_db.Committed():
                 return _told(response)
@@ -268,7 +270,7 @@ def _fresh(attempt: Attempt) -> Response | Identity:
 
 
 def _commit_fresh(
-    attempt: Attempt, decided: Admit | Defer, pool: Pool | None, votes: list[Vote]
+    attempt: Attempt, decided: Admit | Defer, pool: Pool | None, votes: list[Vote], tpm: TpmFacts
 ) -> tuple[joins_db.FreshOutcome, Response]:
     """The transaction of a fresh admit or deferral, and the answer it gives if it commits."""
     token = attempt.token
@@ -283,7 +285,7 @@ def _commit_fresh(
     now_epoch = int(clock.epoch())
     try:
         if isinstance(decided, Defer):
-            request = _new_request(attempt, pool, votes)
+            request = _new_request(attempt, pool, votes, tpm)
             record = record._replace(request_id=request.request_id)
             deferred = joins_db.defer(token, now_epoch=now_epoch, pool=pool, identity=record, request=request)
             return deferred, _deferred(request)
@@ -292,8 +294,8 @@ def _commit_fresh(
         secret = machines.mint_token(machine_id)
         cert = issue_certificate(attempt.csr, pool, machine_id)
         image, baseline = _worker_image(pool, None, attempt.request.workerImage)
-        claims = join_facts.hardware_claims(attempt.request)
-        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None)
+        claims = join_facts.hardware_claims(attempt.request) + join_facts.ek_claims(attempt)
+        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None, tpm)
         record = record._replace(machine_id=machine_id, pool_id=pool.pool_id)
         admitted = joins_db.admit(token, now_epoch=now_epoch, pool=pool, identity=record, machine=machine)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
@@ -348,13 +350,19 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
     pool = _pool(attempt.tenant, request.pool_id)
     machine_id = ids.new_id(machines.ID_PREFIX)
     secret = machines.mint_token(machine_id)
+    # What the TPM proved when the join was deferred is the request's: the approved machine keeps it.
+    tpm = request.machine.tpm
     claims = join_facts.hardware_claims(attempt.request)
+    if tpm.activated:
+        claims.append(("ek", tpm.ek_public_key_sha256))
     for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         # From the pool as read on this attempt: a pool changed since the cache was filled fails the
         # pool check and is read again, so no machine leaves with the old pool's settings.
         cert = issue_certificate(attempt.csr, pool, machine_id)
         image, baseline = _worker_image(pool, None, attempt.request.workerImage)
-        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, request.request_id)
+        machine = _new_machine(
+            attempt, pool, machine_id, secret, cert, baseline, claims, request.request_id, tpm
+        )
         try:
             outcome = joins_db.consume(
                 request,
@@ -393,13 +401,20 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
 def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
     """Same identity, same pool: the same machineId, a new machine token (the old one stops
     working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
-    votes = join_facts.votes(attempt, join_facts.attestor_facts(attempt, machine.site_id))
+    facts = join_facts.attestor_facts(attempt, machine.site_id)
+    votes = join_facts.votes(attempt, facts)
     _refuse(join_decide.rejoin_votes(votes))
+    verified = attempt.tpm.ek_sha256 if attempt.tpm is not None else ""
+    _refuse(join_decide.tpm_rejoin(attempt.token, machine.facts.tpm, verified))
+    # A re-join without a TPM activation keeps what the TPM proved before; one with it, what it proves now.
+    tpm = join_facts.tpm_facts(attempt, facts) if attempt.tpm is not None else machine.facts.tpm
     pool = _pool(attempt.tenant, machine.pool_id)
     secret = machines.mint_token(machine.machine_id)
     # The hardware ids a machine holds follow what it reports now: new ones are claimed, ones it no
     # longer reports are released (so a clone of its new serial is noticed, its old one freed).
     claims = join_facts.hardware_claims(attempt.request)
+    if tpm.activated:
+        claims.append(("ek", tpm.ek_public_key_sha256))
     for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         cert = issue_certificate(attempt.csr, pool, machine.machine_id)
         image, baseline = _worker_image(pool, machine.worker_image_baseline, attempt.request.workerImage)
@@ -410,7 +425,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             certificate_ca_id=cert.ca_id or None,
             # The same key keeps its earlier certificates valid: tracked, so a revocation lists them.
             earlier_certificates=machines.replaced_certificates(machine),
-            facts=machines.facts_of(attempt.request),
+            facts=machines.facts_of(attempt.request)._replace(tpm=tpm),
             schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
             worker_image_baseline=baseline,
             claims=tuple(claims),
@@ -483,6 +498,31 @@ def _dry_run(attempt: Attempt) -> Response:
     )
 
 
+def _tpm(attempt: Attempt) -> Attempt | Response:
+    """A join that presents a TPM (docs/tpm.md): its challenge, or the attempt with the TPM's
+    activation checked and consumed. A poll of the key's pending join request needs no new
+    activation (the request recorded what the TPM proved), and a dry run never activates: it
+    answers as for a TPM not proved. Nothing here runs for a join without a TPM."""
+    from joinplane import tpm_join
+
+    request = attempt.request
+    presented = tpm_join.presented(request, attempt.csr)
+    attempt = attempt._replace(ek_sha256=presented.ek_sha256)
+    if request.dryRun:
+        return attempt
+    if request.tpm.activation is not None:
+        activated = tpm_join.activate(
+            attempt.token, attempt.identity, presented, request.tpm.activation.secret, attempt.proof_ms
+        )
+        observe.note(tpmActivated=True)
+        return attempt._replace(tpm=activated)
+    record = machines_db.get_identity(attempt.tenant, attempt.identity)
+    if record is not None and record.request_id and not record.machine_id:
+        return attempt
+    observe.log("INFO", "join challenged to activate a TPM credential", outcome="challenged")
+    return tpm_join.challenge(attempt.token, attempt.identity, presented)
+
+
 def _refused(action: str, metric: str, error: JoinplaneError) -> None:
     # denied: a decision about this machine (attestors, revoked, retired key); refused: the call
     # itself could not be served (malformed, bad token, lost race, unavailable).
@@ -515,6 +555,11 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         join_facts.ek_sha256(request),
         join_facts.verified_proof(proof_header, "join", secret, body, csr),
     )
+    if join_facts.presents_tpm(request):
+        challenged = _tpm(attempt)
+        if not isinstance(challenged, Attempt):
+            return challenged
+        attempt = challenged
     join_facts.hardware_claims(request)  # refuses malformed hardware ids before anything is decided
     _refuse(join_decide.preflight(request.preflight))
     if request.dryRun:

@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
-from joinplane.dal.machines import Identity, Machine
+from joinplane.dal.machines import Identity, Machine, TpmFacts
 from joinplane.dal.pools import Pool
 from joinplane.dal.requests import JoinRequest
 from joinplane.dal.tokens import JoinToken
@@ -268,6 +268,25 @@ def rejoin_votes(votes: list[Vote]) -> Refuse | None:
     """A re-join was admitted before: only attestors that deny can stop it."""
     if any(v.verdict == attestors.DENY for v in votes):
         return Refuse(_denied(votes))
+    return None
+
+
+TPM_AGAIN = (
+    "this machine joined with a TPM and this join token requires it to prove the same TPM again on "
+    "re-join: send tpm.ekPublic and tpm.akPublic and activate the credential (docs/tpm.md)"
+)
+TPM_OTHER = "this machine joined with another TPM; a re-join must activate the TPM it joined with"
+
+
+def tpm_rejoin(token: JoinToken, joined_with: TpmFacts, activated_ek: str) -> Refuse | None:
+    """`tpmRejoin: activate`: a machine that joined with an activated TPM re-joins only with that
+    TPM activated again (`activated_ek`: the EK activated in this join, "" for none)."""
+    if not (token.attestation.rejoin_activates and joined_with.activated):
+        return None
+    if not activated_ek:
+        return Refuse(Unauthenticated(TPM_AGAIN, reason=errors.TPM_ACTIVATION_REQUIRED))
+    if activated_ek != joined_with.ek_public_key_sha256:
+        return Refuse(PermissionDenied(TPM_OTHER, reason=errors.JOIN_DENIED))
     return None
 
 

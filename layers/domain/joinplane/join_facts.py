@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from joinplane import attestors, credentials, errors, observe, proof
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.machines import Claim
+from joinplane.dal.machines import Claim, TpmFacts
 from joinplane.dal.tokens import JoinToken
 from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
@@ -19,7 +19,8 @@ from joinplane.join_wire import JoinMachineRequest
 
 class Attempt(NamedTuple):
     """One join call, read: its request, its token, the identity it joins as, its CSR (if any),
-    its EK hash and the `t` of the proof of possession it verified (None: no proof sent)."""
+    the EK hash it claims, the `t` of the proof of possession it verified (None: no proof sent) and
+    its TPM's activation (None: no TPM proved anything; then the claimed EK counts as none)."""
 
     request: JoinMachineRequest
     token: JoinToken
@@ -27,6 +28,7 @@ class Attempt(NamedTuple):
     csr: Any  # ca.Csr | None; typed loosely so this module does not import cryptography
     ek_sha256: str
     proof_ms: int | None = None
+    tpm: Any = None  # tpm_join.Activated | None; loosely typed: only TPM joins import tpm_join
 
     @property
     def tenant(self) -> str:
@@ -96,6 +98,12 @@ def ek_sha256(request: JoinMachineRequest) -> str:
     return given
 
 
+def presents_tpm(request: JoinMachineRequest) -> bool:
+    """Does this join ask for credential activation (docs/tpm.md)? Only then is tpm_join loaded."""
+    tpm = request.tpm
+    return bool(tpm.ekPublic or tpm.akPublic or tpm.activation is not None)
+
+
 def identity_of(request: JoinMachineRequest, csr: Any) -> str:
     if csr is not None:
         return str(csr.public_key_sha256)
@@ -122,7 +130,34 @@ def hardware_claims(request: JoinMachineRequest) -> list[Claim]:
 
 def held_by_others(claims: tuple[Claim, ...]) -> tuple[tuple[str, str], ...]:
     """Claims another machine holds, as the attestors name the fields."""
-    return tuple(("serialNumber" if kind == "serial" else "systemUuid", value) for kind, value in claims)
+    fields = {"serial": "serialNumber", "uuid": "systemUuid", "ek": "tpm.ekPublicKeySha256"}
+    return tuple((fields[kind], value) for kind, value in claims)
+
+
+def ek_claims(attempt: Attempt) -> list[Claim]:
+    """An activated EK is held by one active machine at a time, as a serial number is: a second
+    machine with the same EK is a clone of the first or the same TPM under a new key."""
+    return [("ek", attempt.tpm.ek_sha256)] if attempt.tpm is not None else []
+
+
+def tpm_facts(attempt: Attempt, facts: attestors.Facts) -> TpmFacts:
+    """What the machine and its join request keep of the TPM: the EK, whether it was activated, how
+    it was trusted, its certificate's issuer and serial, the AK's name."""
+    activated = attempt.tpm
+    if activated is None:
+        return TpmFacts(attempt.ek_sha256)
+    certificate = activated.certificate_facts
+    verified_by = "allow-list" if facts.ek_listed else "manufacturer" if facts.ek_manufacturer else ""
+    return TpmFacts(
+        ek_public_key_sha256=activated.ek_sha256,
+        activated=True,
+        verified_by=verified_by,
+        manufacturer=facts.ek_manufacturer,
+        ek_certificate_issuer=certificate.issuer if certificate else "",
+        ek_certificate_serial=certificate.serial if certificate else "",
+        ek_certificate_problem=facts.ek_certificate_problem,
+        ak_name=activated.ak_name,
+    )
 
 
 def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:
@@ -153,16 +188,23 @@ def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
             )
             is not None
         )
-    listed = None
-    if policy.tpm != "off" and attempt.ek_sha256:
-        from joinplane import tpm_allow
+    listed, maker, problem = None, "", ""
+    activated = attempt.tpm
+    if policy.tpm != "off" and activated is not None:
+        from joinplane import tpm_allow, tpm_join
 
-        listed = tpm_allow.is_listed(attempt.tenant, site_id, attempt.ek_sha256)
+        listed = tpm_allow.is_listed(attempt.tenant, site_id, activated.ek_sha256)
+        if not listed and policy.trusts_manufacturers:
+            certificate = tpm_join.manufacturer(attempt.tenant, site_id, activated)
+            maker, problem = (certificate.manufacturer, certificate.problem) if certificate else ("", "")
     return attestors.Facts(
         placeholders=tuple(_placeholders(request)),
         discovery_known=known,
-        ek_sha256=attempt.ek_sha256,
+        ek_sha256=activated.ek_sha256 if activated is not None else "",
+        ek_claimed=activated is None and bool(attempt.ek_sha256),
         ek_listed=listed,
+        ek_manufacturer=maker,
+        ek_certificate_problem=problem,
         key_bound=attempt.csr is not None,
     )
 

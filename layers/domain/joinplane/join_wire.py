@@ -156,6 +156,22 @@ def _array(value: Any) -> Any:
     return value
 
 
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def _base64(limit: int) -> Callable[[Any], str]:
+    """Standard base64, padded (what `base64 -w0` writes), decoding to at most `limit` bytes."""
+    text = _text(4 * ((limit + 2) // 3))
+
+    def check(value: Any) -> str:
+        checked = text(value)
+        if checked and not _BASE64.fullmatch(checked):
+            raise PydanticCustomError("proto", "expected standard base64 (padded)")
+        return checked
+
+    return check
+
+
 Text = Annotated[str, PlainValidator(_text(MAX_STRING))]
 LongText = Annotated[str, PlainValidator(_text(1024))]
 Pem = Annotated[str, PlainValidator(_text(MAX_PEM))]
@@ -229,9 +245,23 @@ class Hardware(_Message):
     macAddresses: Texts = ()
 
 
+# A TPM2B_PUBLIC of an RSA-4096 key is under 700 bytes; the recovered secret is 32.
+TpmPublic = Annotated[str, PlainValidator(_base64(1024))]
+TpmSecret = Annotated[str, PlainValidator(_base64(64))]
+
+
+class Activation(_Message):
+    """The retry of a TPM join: the secret the TPM recovered from the challenge."""
+
+    secret: TpmSecret = ""
+
+
 class Tpm(_Message):
     ekPublicKeySha256: Text = ""
     ekCertificatePem: Pem = ""
+    ekPublic: TpmPublic = ""  # the EK's TPM2B_PUBLIC, as tpm2_createek -u writes it
+    akPublic: TpmPublic = ""  # the AK's TPM2B_PUBLIC, as tpm2_createak -u writes it
+    activation: Activation | None = None
 
     @field_validator("ekPublicKeySha256")
     @classmethod
@@ -350,6 +380,19 @@ def dry_run_response(
     body["dryRun"] = True
     body["verdict"] = verdict
     body["reasons"] = reasons
+    return body
+
+
+def challenge_response(
+    credential_blob: str, encrypted_secret: str, expires_at: str
+) -> views.JoinMachineResponse:
+    """The first answer to a TPM join: nothing joined yet, the credential the TPM must activate."""
+    body = join_response()
+    body["tpmChallenge"] = {
+        "credentialBlob": credential_blob,
+        "encryptedSecret": encrypted_secret,
+        "expiresAt": expires_at,
+    }
     return body
 
 

@@ -89,6 +89,28 @@ def facts_of(request: JoinMachineRequest) -> MachineFacts:
     )
 
 
+def tpm_view(facts: TpmFacts) -> views.TpmFacts:
+    """The TPM as every answer shows it: the EK, and whether (and how) the join proved it."""
+    tpm: views.TpmFacts = {}
+    if facts.ek_public_key_sha256:
+        tpm["ekPublicKeySha256"] = facts.ek_public_key_sha256
+        tpm["activated"] = facts.activated
+    if facts.verified_by == "allow-list":
+        tpm["verifiedBy"] = "allow-list"
+    elif facts.verified_by == "manufacturer":
+        tpm["verifiedBy"] = "manufacturer"
+    if facts.manufacturer:
+        tpm["manufacturer"] = facts.manufacturer
+    if facts.ek_certificate_issuer:
+        tpm["ekCertificateIssuer"] = facts.ek_certificate_issuer
+        tpm["ekCertificateSerial"] = facts.ek_certificate_serial
+    if facts.ek_certificate_problem:
+        tpm["ekCertificateProblem"] = facts.ek_certificate_problem
+    if facts.ak_name:
+        tpm["akName"] = facts.ak_name
+    return tpm
+
+
 def facts_view(facts: MachineFacts) -> views.ReportedFacts:
     """The facts every answer about a machine shows (a machine, a join request's `machine`)."""
     hardware: views.HardwareFacts = {}
@@ -98,9 +120,7 @@ def facts_view(facts: MachineFacts) -> views.ReportedFacts:
         hardware["systemUuid"] = facts.hardware.system_uuid
     if facts.hardware.mac_addresses is not None:
         hardware["macAddresses"] = list(facts.hardware.mac_addresses)
-    tpm: views.TpmFacts = {}
-    if facts.tpm.ek_public_key_sha256:
-        tpm["ekPublicKeySha256"] = facts.tpm.ek_public_key_sha256
+    tpm = tpm_view(facts.tpm)
     return {
         "hostname": facts.hostname,
         "os": facts.os,

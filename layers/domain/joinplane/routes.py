@@ -132,6 +132,24 @@ ROUTES: tuple[Route, ...] = (
         "AllowedKey",
     ),
     _operator(
+        "TpmAllowListFunction",
+        "/api/compute/tpmAllowList/manufacturers/add",
+        "joinplane.tpm_manufacturers:AddManufacturer",
+        "TpmManufacturer",
+    ),
+    _operator(
+        "TpmAllowListFunction",
+        "/api/compute/tpmAllowList/manufacturers/list",
+        "joinplane.tpm_manufacturers:ListManufacturers",
+        "TpmManufacturerList",
+    ),
+    _operator(
+        "TpmAllowListFunction",
+        "/api/compute/tpmAllowList/manufacturers/remove",
+        "joinplane.tpm_manufacturers:RemoveManufacturer",
+        "TpmManufacturer",
+    ),
+    _operator(
         "AuditEventsFunction",
         "/api/compute/auditEvents/list",
         "joinplane.audit:ListAuditEvents",

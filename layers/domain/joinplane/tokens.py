@@ -34,6 +34,12 @@ class Attestation(BaseModel):
     # `key`: every join must carry a CSR, so the identity is a key the machine can later prove it
     # holds (fingerprint-only joins, seed 002's plain form, are refused: a fingerprint is no secret).
     identity: Literal["any", "key"] = "any"
+    # Which activated EKs the `tpm` attestor admits: those on the site's allow-list, or also any
+    # whose EK certificate chains to a TPM manufacturer the site lists (docs/tpm.md).
+    tpmTrust: Literal["allow-list", "manufacturer"] = "allow-list"
+    # `activate`: a machine that joined with an activated TPM must activate the same TPM again to
+    # re-join through this token (the TPM is still there, not only the key).
+    tpmRejoin: Literal["any", "activate"] = "any"
 
 
 class TokenTarget(BaseModel):
@@ -80,6 +86,10 @@ def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
     view: views.TokenAttestation = {"discovery": policy.discovery, "tpm": policy.tpm}
     if policy.identity is not None:
         view["identity"] = policy.identity
+    if policy.tpm_trust is not None:
+        view["tpmTrust"] = policy.tpm_trust
+    if policy.tpm_rejoin is not None:
+        view["tpmRejoin"] = policy.tpm_rejoin
     return view
 
 
@@ -138,7 +148,9 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
         max_uses=request.maxUses,
         uses_remaining=request.maxUses,
         require_approval=request.requireApproval,
-        attestation=AttestationPolicy(policy.discovery, policy.tpm, policy.identity),
+        attestation=AttestationPolicy(
+            policy.discovery, policy.tpm, policy.identity, policy.tpmTrust, policy.tpmRejoin
+        ),
         created_at=clock.rfc3339(now),
         created_by=principal.key_id,
     )

@@ -159,6 +159,24 @@ class TokenAttestation(TypedDict):
             Field(description="Absent on tokens made before the setting existed: `any`."),
         ]
     ]
+    tpmTrust: NotRequired[
+        Annotated[
+            Literal["allow-list", "manufacturer"],
+            Field(
+                description="Activated EKs the `tpm` attestor admits: allow-listed ones, or also any "
+                "whose certificate chains to a listed manufacturer. Absent on older tokens: `allow-list`."
+            ),
+        ]
+    ]
+    tpmRejoin: NotRequired[
+        Annotated[
+            Literal["any", "activate"],
+            Field(
+                description="`activate`: a machine that joined with an activated TPM activates it again "
+                "to re-join. Absent on older tokens: `any`."
+            ),
+        ]
+    ]
 
 
 @with_config(VIEW)
@@ -210,6 +228,32 @@ class HardwareFacts(TypedDict):
 @with_config(VIEW)
 class TpmFacts(TypedDict):
     ekPublicKeySha256: NotRequired[str]
+    activated: NotRequired[
+        Annotated[
+            bool,
+            Field(
+                description="The TPM proved it holds this EK, during this join, for this key "
+                "(credential activation). Absent or false: the EK was only claimed, which counts as no TPM."
+            ),
+        ]
+    ]
+    verifiedBy: NotRequired[
+        Annotated[
+            Literal["allow-list", "manufacturer"],
+            Field(description="How the activated EK was trusted; absent: by neither (an operator decided)."),
+        ]
+    ]
+    manufacturer: NotRequired[
+        Annotated[str, Field(description="The listed root the EK certificate chains to")]
+    ]
+    ekCertificateIssuer: NotRequired[str]
+    ekCertificateSerial: NotRequired[Annotated[str, Field(description="hex")]]
+    ekCertificateProblem: NotRequired[
+        Annotated[
+            str, Field(description="Why the EK certificate did not verify against the site's manufacturers")
+        ]
+    ]
+    akName: NotRequired[Annotated[str, Field(description="hex of the AK's TPM name (nameAlg || digest)")]]
 
 
 class ReportedFacts(TypedDict):
@@ -354,6 +398,26 @@ class AllowedKey(TypedDict):
 @with_config(VIEW)
 class AllowedKeyList(TypedDict):
     keys: list[AllowedKey]
+    nextCursor: NotRequired[str]
+
+
+@with_config(VIEW)
+class TpmManufacturer(TypedDict):
+    tenantId: TenantId
+    siteId: SiteId
+    certificateSha256: SHA256
+    subject: str
+    issuer: str
+    root: Annotated[bool, Field(description="Self-signed: a chain ends here. Else an intermediate.")]
+    notAfter: Timestamp
+    description: str
+    createdAt: Timestamp
+    createdBy: str | None
+
+
+@with_config(VIEW)
+class TpmManufacturerList(TypedDict):
+    manufacturers: list[TpmManufacturer]
     nextCursor: NotRequired[str]
 
 
@@ -516,6 +580,15 @@ class JoinRequestRef(TypedDict):
     siteId: str
 
 
+class TpmChallenge(TypedDict):
+    """A TPM join's credential to activate: TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET, each
+    base64 of the size-prefixed structure, as TPM2_MakeCredential outputs them."""
+
+    credentialBlob: str
+    encryptedSecret: str
+    expiresAt: str
+
+
 class JoinMachineResponse(TypedDict):
     """Seed 002's `controlplaneJoinMachineResponse` with every field present, plus Joinplane's
     additive fields; a dry run's three are present only on a dry run."""
@@ -536,6 +609,7 @@ class JoinMachineResponse(TypedDict):
     dryRun: NotRequired[bool]
     verdict: NotRequired[str]  # admit | defer | deny
     reasons: NotRequired[list[AttestorReason]]
+    tpmChallenge: NotRequired[TpmChallenge]  # only on a TPM join's first answer
 
 
 class RenewMachineResponse(TypedDict):

@@ -212,6 +212,21 @@ def update(
     return deserialize(_call("update_item", **kwargs)["Attributes"])
 
 
+def delete(
+    pk: str,
+    sk: str,
+    *,
+    condition: str | None = None,
+    names: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Item | None:
+    """One conditional DeleteItem; returns the item as it was (None: there was none)."""
+    kwargs: dict[str, Any] = {"TableName": _table(), "Key": serialize(key(pk, sk)), "ReturnValues": "ALL_OLD"}
+    _add_condition(kwargs, condition, names, values)
+    old = _call("delete_item", **kwargs).get("Attributes")
+    return deserialize(old) if old else None
+
+
 def _add_condition(
     kwargs: dict[str, Any],
     condition: str | None,

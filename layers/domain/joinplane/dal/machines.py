@@ -65,15 +65,37 @@ class HardwareFacts(NamedTuple):
         return {name: value for name, value in item.items() if value is not None}
 
 
+_TPM_NAMES = (
+    ("ek_public_key_sha256", "ekPublicKeySha256"),
+    ("activated", "activated"),
+    ("verified_by", "verifiedBy"),
+    ("manufacturer", "manufacturer"),
+    ("ek_certificate_issuer", "ekCertificateIssuer"),
+    ("ek_certificate_serial", "ekCertificateSerial"),
+    ("ek_certificate_problem", "ekCertificateProblem"),
+    ("ak_name", "akName"),
+)
+
+
 class TpmFacts(NamedTuple):
+    """The TPM a machine presented, and what the join proved of it (docs/tpm.md). Fields an older
+    item lacks read as "not activated"."""
+
     ek_public_key_sha256: str = ""  # "": the machine sent no TPM
+    activated: bool = False  # the TPM answered the credential challenge for this EK and AK
+    verified_by: str = ""  # "allow-list" | "manufacturer" | "": neither (an operator decided)
+    manufacturer: str = ""  # the listed root the EK certificate chains to
+    ek_certificate_issuer: str = ""
+    ek_certificate_serial: str = ""
+    ek_certificate_problem: str = ""
+    ak_name: str = ""
 
     @classmethod
     def from_item(cls, item: Item) -> TpmFacts:
-        return cls(item.get("ekPublicKeySha256", ""))
+        return cls(**{field: item[name] for field, name in _TPM_NAMES if name in item})
 
     def to_item(self) -> Item:
-        return {"ekPublicKeySha256": self.ek_public_key_sha256} if self.ek_public_key_sha256 else {}
+        return {name: getattr(self, field) for field, name in _TPM_NAMES if getattr(self, field)}
 
 
 class PreflightCheck(NamedTuple):

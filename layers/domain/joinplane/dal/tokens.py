@@ -31,10 +31,21 @@ class AttestationPolicy(NamedTuple):
     discovery: Literal["off", "defer-unknown"] = "off"
     tpm: Literal["off", "defer-unlisted", "require"] = "off"
     identity: Literal["any", "key"] | None = None
+    # None on tokens made before the TPM settings existed: read as "allow-list" and "any".
+    tpm_trust: Literal["allow-list", "manufacturer"] | None = None
+    tpm_rejoin: Literal["any", "activate"] | None = None
 
     @property
     def identity_policy(self) -> str:
         return self.identity or "any"
+
+    @property
+    def trusts_manufacturers(self) -> bool:
+        return self.tpm_trust == "manufacturer"
+
+    @property
+    def rejoin_activates(self) -> bool:
+        return self.tpm_rejoin == "activate"
 
     @classmethod
     def from_dict(cls, stored: dict[str, Any] | None) -> AttestationPolicy:
@@ -43,12 +54,18 @@ class AttestationPolicy(NamedTuple):
             discovery=stored.get("discovery", "off"),
             tpm=stored.get("tpm", "off"),
             identity=stored.get("identity"),
+            tpm_trust=stored.get("tpmTrust"),
+            tpm_rejoin=stored.get("tpmRejoin"),
         )
 
     def to_dict(self) -> dict[str, str]:
         stored: dict[str, str] = {"discovery": self.discovery, "tpm": self.tpm}
         if self.identity is not None:
             stored["identity"] = self.identity
+        if self.tpm_trust is not None:
+            stored["tpmTrust"] = self.tpm_trust
+        if self.tpm_rejoin is not None:
+            stored["tpmRejoin"] = self.tpm_rejoin
         return stored
 
 
