@@ -137,7 +137,9 @@ def _identify(args: argparse.Namespace) -> Exit:
         print(f"{key['kind'].upper()} endorsement key")
         pairs: list[tuple[str, Any]] = [("ek sha256", key["ekPublicKeySha256"])]
         certificate = key["certificate"]
-        if certificate is None:
+        if certificate is not None and "problem" in certificate:
+            pairs.append(("certificate", certificate["problem"]))
+        elif certificate is None:
             pairs.append(
                 (
                     "certificate",
