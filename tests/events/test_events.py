@@ -115,3 +115,29 @@ def test_every_schema_is_a_valid_json_schema() -> None:
     assert set(SCHEMAS) == {detail_type for detail_type, _, _ in transitions()}
     for schema in SCHEMAS.values():
         jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_a_machine_joined_with_a_tpm_says_whether_and_how_it_was_verified() -> None:
+    # Given a machine admitted with an activated TPM trusted by its manufacturer, and one whose EK
+    # was only named
+    activated = {
+        "ekPublicKeySha256": "ab" * 32,
+        "activated": True,
+        "verifiedBy": "manufacturer",
+        "akName": "000b",
+    }
+    claimed = {"ekPublicKeySha256": "cd" * 32}
+    details = []
+    for tpm in (activated, claimed):
+        event = events.from_stream_record(record(None, {**MACHINE, "facts": {"tpm": tpm}}))
+        assert event is not None
+        jsonschema.validate(event.detail, SCHEMAS["security.machine.joined"])
+        details.append(event.detail["tpm"])
+    # Then its joined event says so
+    assert details == [
+        {"ekPublicKeySha256": "ab" * 32, "activated": True, "verifiedBy": "manufacturer"},
+        {"ekPublicKeySha256": "cd" * 32, "activated": False, "verifiedBy": None},
+    ]
+    # And a machine without a TPM has no `tpm` in its event
+    plain = events.from_stream_record(record(None, MACHINE))
+    assert plain is not None and "tpm" not in plain.detail

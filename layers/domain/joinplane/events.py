@@ -133,9 +133,25 @@ def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
                 "tokenId": new.token_id,
                 "rejoin": old is not None,
                 "decidedBy": "attestors" if not new.request_id else "operator",
+                **_tpm_detail(new.facts),
             },
         )
     return None
+
+
+def _tpm_detail(facts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`tpm` of a machine's join event, when it presented one: whether the TPM proved its EK
+    (credential activation) and how the EK was trusted (docs/tpm.md)."""
+    tpm = (facts or {}).get("tpm") or {}
+    if not tpm.get("ekPublicKeySha256"):
+        return {}
+    return {
+        "tpm": {
+            "ekPublicKeySha256": tpm["ekPublicKeySha256"],
+            "activated": bool(tpm.get("activated", False)),
+            "verifiedBy": tpm.get("verifiedBy"),
+        }
+    }
 
 
 def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:

@@ -70,6 +70,7 @@ class MachineImage(NamedTuple):
     revoked_at: str | None = None
     revoked_by: str | None = None
     revoke_reason: str | None = None
+    facts: Item | None = None  # as stored: the join's facts (the TPM it proved, for the event)
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:

@@ -46,3 +46,14 @@ export function resources(machine) {
 export function badge(state) {
   return h("span", { class: `badge ${state}`, text: state });
 }
+
+// What the join proved of a machine's TPM (docs/tpm.md), in one line an operator can act on.
+export function tpmSummary(tpm) {
+  if (!tpm || !tpm.ekPublicKeySha256) return "—";
+  const ek = `EK ${tpm.ekPublicKeySha256.slice(0, 12)}…`;
+  if (!tpm.activated) return `${ek}: not activated (counts as no TPM)`;
+  const how = tpm.verifiedBy === "manufacturer" ? `manufacturer ${tpm.manufacturer || ""}`.trim() : tpm.verifiedBy;
+  const trusted = how ? `verified by ${how}` : `not trusted${tpm.ekCertificateProblem ? `: ${tpm.ekCertificateProblem}` : ""}`;
+  const certificate = tpm.ekCertificateIssuer ? `; EK certificate ${tpm.ekCertificateIssuer} #${tpm.ekCertificateSerial}` : "";
+  return `${ek}: activated, ${trusted}${certificate}`;
+}

@@ -1,14 +1,14 @@
 import { all, call } from "./api.js";
 import { ask } from "./dialog.js";
 import { announce, clear, field, h, row, select, table } from "./dom.js";
-import { badge, resources, stamp, when } from "./format.js";
+import { badge, resources, stamp, tpmSummary, when } from "./format.js";
 import { noPoolsReason, reachablePools } from "./pools_cache.js";
 
 export const title = "Machines";
 
 function facts(machine) {
   const hw = machine.hardware || {};
-  const tpm = machine.tpm || {};
+  const tpm = machine.tpm;
   const entries = [
     ["Machine", machine.machineId],
     ["Host", machine.hostname],
@@ -22,7 +22,7 @@ function facts(machine) {
     ["Serial number", hw.serialNumber || "—"],
     ["System UUID", hw.systemUuid || "—"],
     ["MAC addresses", (hw.macAddresses || []).join(", ") || "—"],
-    ["TPM", Object.keys(tpm).length ? Object.entries(tpm).map(([k, v]) => `${k}: ${v}`).join("; ") : "—"],
+    ["TPM", tpmSummary(tpm)],
     ["Worker image", machine.workerImageBaseline || "—"],
     ["Join request", machine.requestId || "—"],
     ["Join token", machine.tokenId || "—"],

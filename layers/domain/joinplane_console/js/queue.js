@@ -1,7 +1,7 @@
 import { all, call } from "./api.js";
 import { ask } from "./dialog.js";
 import { announce, clear, field, h, row, select, table } from "./dom.js";
-import { badge, resources, when } from "./format.js";
+import { badge, resources, tpmSummary, when } from "./format.js";
 
 export const title = "Approval queue";
 // How often the queue asks the API again: within 10 s of a change, an operator sees it.
@@ -24,11 +24,17 @@ function poolCell(request) {
 }
 
 function reasons(request) {
-  if (!request.reasons || request.reasons.length === 0) return h("span", { class: "muted", text: "none" });
+  const tpm = request.machine && request.machine.tpm;
+  // What the TPM proved is beside the votes: an operator approving a TPM join sees it.
+  const proved = tpm && tpm.ekPublicKeySha256 ? [h("li", {}, h("strong", { text: "TPM: " }), tpmSummary(tpm))] : [];
+  if ((!request.reasons || request.reasons.length === 0) && proved.length === 0) {
+    return h("span", { class: "muted", text: "none" });
+  }
   return h(
     "ul",
     { class: "reasons" },
-    request.reasons.map((r) => h("li", {}, h("strong", { text: `${r.attestor}: ` }), r.message || r.code)),
+    (request.reasons || []).map((r) => h("li", {}, h("strong", { text: `${r.attestor}: ` }), r.message || r.code)),
+    ...proved,
   );
 }
 
