@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "tests/contract/test_openapi_schemathesis.py",
     "tests/console/test_console_browser.py",
     "tests/cli/test_end_to_end.py",
+    "tests/cli/test_tpm_join.py",
     "tests/clusters/test_accept_join_input.py",
     "tests/attestation/test_discovery.py",
 )

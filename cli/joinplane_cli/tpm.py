@@ -208,9 +208,20 @@ class Attestation:
             "ekPublicKeySha256": self.endorsement.sha256,
         }
         pem = self.endorsement.certificate_pem()
-        if pem is not None:
+        if pem is not None and _is_certificate(self.endorsement.certificate):
             fields["ekCertificatePem"] = pem
         return fields
+
+
+def _is_certificate(der: bytes | None) -> bool:
+    """Whether an NV index holds a certificate at all: other bytes are not sent as one."""
+    from cryptography import x509
+
+    try:
+        x509.load_der_x509_certificate(der or b"")
+    except ValueError:
+        return False
+    return True
 
 
 class Tpm:
@@ -400,7 +411,6 @@ def choose_kind(tpm: Tpm, wanted: str) -> str:
 def certificate_details(der: bytes, spki: bytes) -> dict[str, Any]:
     """What an operator checks in an EK certificate before listing it or its manufacturer."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
 
     certificate = x509.load_der_x509_certificate(der)
     tcg: dict[str, str] = {}
@@ -409,9 +419,6 @@ def certificate_details(der: bytes, spki: bytes) -> dict[str, Any]:
         for directory in names.get_values_for_type(x509.DirectoryName):
             for attribute in directory:
                 tcg[attribute.oid.dotted_string] = str(attribute.value)
-    public = certificate.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     return {
         "issuer": certificate.issuer.rfc4514_string(),
         "subject": certificate.subject.rfc4514_string(),
@@ -422,8 +429,49 @@ def certificate_details(der: bytes, spki: bytes) -> dict[str, Any]:
         "tpmManufacturer": tcg.get(TCG_MANUFACTURER, ""),
         "tpmModel": tcg.get(TCG_MODEL, ""),
         "tpmVersion": tcg.get(TCG_VERSION, ""),
-        "certifiesThisEk": public == spki,
+        "certifiesThisEk": _public_key_bits(_certificate_spki(der)) == _public_key_bits(spki),
     }
+
+
+def _tlv(data: bytes, at: int) -> tuple[int, int, int]:
+    """The DER element at `at`: its tag, where its contents start, and where it ends."""
+    tag, length, start = data[at], data[at + 1], at + 2
+    if length & 0x80:
+        octets = length & 0x7F
+        length, start = int.from_bytes(data[start : start + octets], "big"), start + octets
+    if start + length > len(data):
+        raise ValueError("truncated DER")
+    return tag, start, start + length
+
+
+def _certificate_spki(der: bytes) -> bytes:
+    """The SubjectPublicKeyInfo of a certificate, as encoded in it (read from the DER rather than
+    through a key object: an EK certificate may label an RSA key id-RSAES-OAEP, which key loaders
+    refuse)."""
+    _, tbs, _ = _tlv(der, 0)  # Certificate
+    _, at, _ = _tlv(der, tbs)  # tbsCertificate's contents
+    if der[at] == 0xA0:  # [0] version
+        at = _tlv(der, at)[2]
+    for _ in range(5):  # serialNumber, signature, issuer, validity, subject
+        at = _tlv(der, at)[2]
+    return der[at : _tlv(der, at)[2]]
+
+
+def _public_key_bits(spki: bytes) -> bytes:
+    """The subjectPublicKey BIT STRING of a SubjectPublicKeyInfo (the key, whatever its label)."""
+    _, at, _ = _tlv(spki, 0)
+    _, start, end = _tlv(spki, _tlv(spki, at)[2])
+    return spki[start:end]
+
+
+def _details_or_problem(endorsement: Endorsement) -> dict[str, Any] | None:
+    if endorsement.certificate is None:
+        return None
+    try:
+        return certificate_details(endorsement.certificate, endorsement.spki)
+    except (ValueError, IndexError) as wrong:
+        index = EK_CERTIFICATE_INDEX[endorsement.kind]
+        return {"problem": f"NV {index:#010x} holds no X.509 certificate ({wrong})"}
 
 
 def _firmware(properties: Mapping[str, str]) -> str:
@@ -449,11 +497,7 @@ def identify(tpm: Tpm, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
                 "kind": kind,
                 "ekPublicKeySha256": endorsement.sha256,
                 "certificateIndex": f"{EK_CERTIFICATE_INDEX[kind]:#010x}",
-                "certificate": (
-                    None
-                    if endorsement.certificate is None
-                    else certificate_details(endorsement.certificate, endorsement.spki)
-                ),
+                "certificate": _details_or_problem(endorsement),
                 "certificatePem": endorsement.certificate_pem(),
             }
         )

@@ -86,10 +86,10 @@ def add_parser(
     add.add_argument("--description", help="a note for people, e.g. the machine's asset tag")
     add.set_defaults(handler=lambda args: _allow_add(connect(args), args))
     listing = verbs.add_parser("list", parents=[server, operator], help="list the site's allowed EKs")
-    listing.add_argument("--site", required=True)
+    listing.add_argument("--site", required=True, help="the site whose list to show")
     listing.set_defaults(handler=lambda args: _allow_list(connect(args), args.site))
     remove = verbs.add_parser("remove", parents=[server, operator], help="remove an EK from the allow-list")
-    remove.add_argument("--site", required=True)
+    remove.add_argument("--site", required=True, help="the site whose list to change")
     remove.add_argument("ek_sha256", metavar="HASH", help="the EK's hash")
     remove.set_defaults(handler=lambda args: _allow_remove(connect(args), args.site, args.ek_sha256))
 
@@ -109,10 +109,10 @@ def add_parser(
     add.add_argument("--description", help="a note for people, e.g. the manufacturer's name")
     add.set_defaults(handler=lambda args: _makers_add(connect(args), args))
     listing = verbs.add_parser("list", parents=[server, operator], help="list the site's manufacturer CAs")
-    listing.add_argument("--site", required=True)
+    listing.add_argument("--site", required=True, help="the site whose list to show")
     listing.set_defaults(handler=lambda args: _makers_list(connect(args), args.site))
     remove = verbs.add_parser("remove", parents=[server, operator], help="stop trusting one manufacturer CA")
-    remove.add_argument("--site", required=True)
+    remove.add_argument("--site", required=True, help="the site whose list to change")
     remove.add_argument(
         "certificate_sha256", metavar="SHA256", help="the CA certificate's SHA-256 (from `list`)"
     )
@@ -141,7 +141,9 @@ def _identify(args: argparse.Namespace) -> Exit:
         print(f"{key['kind'].upper()} endorsement key")
         pairs: list[tuple[str, Any]] = [("ek sha256", key["ekPublicKeySha256"])]
         certificate = key["certificate"]
-        if certificate is None:
+        if certificate is not None and "problem" in certificate:
+            pairs.append(("certificate", certificate["problem"]))
+        elif certificate is None:
             pairs.append(
                 (
                     "certificate",

@@ -17,7 +17,13 @@ import pytest
 
 from joinplane_cli import facts, main, tpm
 from tests.support.runtime import command
-from tests.support.swtpm import Manufacturer, SoftwareTpm, manufacturer, software_tpm
+from tests.support.swtpm import (
+    EK_CERTIFICATE_NV_ATTRIBUTES,
+    Manufacturer,
+    SoftwareTpm,
+    manufacturer,
+    software_tpm,
+)
 
 KINDS = ["rsa", "ecc"]
 
@@ -181,15 +187,48 @@ def test_a_tpm_whose_ek_certificates_were_removed_is_still_identified_by_its_ek(
     with software_tpm(maker, tmp_path / "bare") as bare:
         for index in tpm.EK_CERTIFICATE_INDEX.values():
             bare.tool("tpm2_nvundefine", "-C", "p", f"{index:#010x}")
+        # And (a TPM provisioned wrongly) bytes that are no certificate where the ECC one belongs
+        (tmp_path / "junk").write_bytes(b"\x30\x03junk" * 8)
+        bare.tool("tpm2_nvdefine", "-C", "p", "0x01c0000a", "-s", "56", "-a", EK_CERTIFICATE_NV_ATTRIBUTES)
+        bare.tool("tpm2_nvwrite", "-C", "p", "-i", str(tmp_path / "junk"), "0x01c0000a")
         # When the operator identifies it
         done = joinplane("tpm", "identify", "-o", "json", env=bare.env())
         table = joinplane("tpm", "identify", env=bare.env())
+        # And a join would describe its ECC EK
+        with tpm.Tpm.open(bare.tcti) as device:
+            fields = device.attestation("ecc").fields()
     # Then each EK is named by its hash, said to have no certificate, and the command succeeds
     assert done.returncode == 0, done.stderr
-    keys = json.loads(done.stdout)["endorsementKeys"]
-    assert [(k["kind"], k["certificate"]) for k in keys] == [("rsa", None), ("ecc", None)]
-    assert keys[0]["ekPublicKeySha256"] == bare.ek_spki_sha256("rsa")
+    rsa, ecc = json.loads(done.stdout)["endorsementKeys"]
+    assert (rsa["kind"], rsa["certificate"]) == ("rsa", None)
+    assert rsa["ekPublicKeySha256"] == bare.ek_spki_sha256("rsa")
     assert "none in NV 0x01c00002: only the allow-list by EK hash admits it" in table.stdout
+    # And the junk is called what it is, and never sent as a certificate
+    assert ecc["certificate"]["problem"].startswith("NV 0x01c0000a holds no X.509 certificate")
+    assert "ekCertificatePem" not in fields
+    assert fields["ekPublicKeySha256"] == bare.ek_spki_sha256("ecc")
+
+
+def test_an_ek_certificate_labelling_its_key_rsaes_oaep_still_certifies_the_ek(
+    machine_tpm: SoftwareTpm,
+) -> None:
+    # Given the machine's RSA EK certificate as some manufacturers issue it: the same key under the
+    # algorithm id-RSAES-OAEP instead of rsaEncryption (same length, so the DER stays well formed)
+    rsa_encryption, rsaes_oaep = (
+        bytes.fromhex("06092a864886f70d010101"),
+        bytes.fromhex("06092a864886f70d010107"),
+    )
+    original = machine_tpm.ek_certificate_der("rsa")
+    assert original.count(rsa_encryption) == 1
+    relabelled = original.replace(rsa_encryption, rsaes_oaep)
+    with tpm.Tpm.open(machine_tpm.tcti) as device:
+        ek, ecc = device.endorsement("rsa"), device.endorsement("ecc")
+    # When identify checks the certificate against the TPM's EK
+    details = tpm.certificate_details(relabelled, ek.spki)
+    # Then it certifies this EK (the key's bits are compared, not its label), and not another key
+    assert details["certifiesThisEk"] is True
+    assert tpm.certificate_details(original, ek.spki)["certifiesThisEk"] is True
+    assert tpm.certificate_details(relabelled, ecc.spki)["certifiesThisEk"] is False
 
 
 @pytest.mark.parametrize(
