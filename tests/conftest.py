@@ -3,14 +3,17 @@ template.yaml's own definition, and the clock put back after each test."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 
 from joinplane import aws, container
 from joinplane_local import emulator as local_emulator
+from joinplane_local import iam
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
 
@@ -26,6 +29,33 @@ LONGEST_FIRST = (
     "tests/clusters/test_accept_join_input.py",
     "tests/attestation/test_discovery.py",
 )
+
+
+# Every DynamoDB and KMS call a function's handler makes is checked against that function's policy
+# in template.yaml, as IAM would (joinplane_local.iam): a write the policy forbids fails here, not
+# only once deployed.
+ENFORCEMENT = iam.install()
+
+
+@pytest.fixture(autouse=True)
+def _iam_refusals() -> Iterator[None]:
+    """A refusal fails the test that caused it, even when the code swallowed the AccessDenied (a
+    best-effort call). Tests of the refusals themselves take them first (`ENFORCEMENT.take_denials()`)."""
+    ENFORCEMENT.take_denials()
+    yield
+    refused = ENFORCEMENT.take_denials()
+    if refused:
+        pytest.fail("IAM would refuse:\n" + "\n\n".join(dict.fromkeys(refused)), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """JOINPLANE_IAM_RECORD=<dir>: each process writes what each function did (tests/iam reads it)."""
+    folder = os.environ.get("JOINPLANE_IAM_RECORD")
+    if folder and ENFORCEMENT.calls:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"calls-{os.getpid()}.json")
+        with open(path, "w") as out:
+            json.dump(sorted((asdict(call) for call in ENFORCEMENT.calls), key=json.dumps), out)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

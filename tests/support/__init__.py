@@ -9,6 +9,7 @@ conftest fixture), never from another test module.
 - polling: waiting for work on another thread or process (`wait_until`)
 - runtime: the one way to start joinplane_local (`local_runtime`)
 - servers: stand-in HTTP servers for the CLI (`serving`)
+- iam: the functions' emulated IAM (`refusals`, `policies`)
 """
 
 from .csr import CsrFile, csr_for_key, make_csr, openssl_csr
