@@ -49,13 +49,34 @@ def _iam_refusals() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """JOINPLANE_IAM_RECORD=<dir>: each process writes what each function did (tests/iam reads it)."""
+    """JOINPLANE_IAM_RECORD=<dir> (`make test` sets it): each process writes what each function did;
+    the process that ran the session (xdist's controller, or the only one) then lists the grants of
+    template.yaml that no call used, i.e. wider than the code was seen to need."""
     folder = os.environ.get("JOINPLANE_IAM_RECORD")
-    if folder and ENFORCEMENT.calls:
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"calls-{os.getpid()}.json")
-        with open(path, "w") as out:
-            json.dump(sorted((asdict(call) for call in ENFORCEMENT.calls), key=json.dumps), out)
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    if ENFORCEMENT.calls:
+        with open(os.path.join(folder, f"calls-{os.getpid()}.json"), "w") as out:
+            json.dump([asdict(call) for call in ENFORCEMENT.calls], out)
+    if hasattr(session.config, "workerinput"):
+        return
+    calls = set()
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("calls-"):
+            with open(os.path.join(folder, name)) as recorded:
+                calls |= {
+                    iam.Call(**{**c, "attributes": tuple(c["attributes"])}) for c in json.load(recorded)
+                }
+    unused = iam.unused_grants(ENFORCEMENT.policies()[1], calls)
+    with open(os.path.join(folder, "unused-grants.txt"), "w") as out:
+        out.write("".join(f"{line}\n" for line in unused))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and unused:
+        reporter.write_line(
+            f"IAM: {len(unused)} grants of template.yaml no test used (a whole run should use them all): "
+            f"{os.path.join(folder, 'unused-grants.txt')}"
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -392,16 +392,50 @@ def kms_requests(
 
 @dataclass(frozen=True)
 class Call:
-    """One authorization of a function's call, as recorded: the key prefix stands for the item's
-    kind (`APIKEY#`, `JOINTOKEN#`, ...); `statement` is the index of the statement that allowed it
-    (None: refused)."""
+    """One authorization of a function's call, as recorded. `keys` is the `dynamodb:LeadingKeys`
+    pattern of the allowing statement the partition key matched (`MACHINE#*`), or, refused, the
+    key's prefix and `*`: it stands for the kind of item; `statement` is the index of the statement
+    that allowed it (None: refused)."""
 
     function: str
     action: str
     resource: str
-    prefix: str
+    keys: str
     attributes: tuple[str, ...]
     statement: int | None
+
+
+def _pattern(statement: Statement | None, key: str) -> str:
+    if statement is not None:
+        for condition in statement.conditions:
+            if condition.key.lower() == "dynamodb:leadingkeys":
+                for pattern in condition.values:
+                    if _like(pattern, key):
+                        return pattern
+    return key_prefix(key) + "*"
+
+
+def unused_grants(statements: Mapping[str, Sequence[Statement]], calls: set[Call]) -> list[str]:
+    """Each (function, statement, action, partition key pattern) the template allows that no
+    recorded call used: a grant wider than what the code was seen to need."""
+    used = {(c.function, c.statement, c.action.lower(), c.keys) for c in calls if c.statement is not None}
+    unused = []
+    for function, granted in sorted(statements.items()):
+        for statement in granted:
+            if statement.effect != "Allow":
+                continue
+            patterns = [
+                pattern
+                for condition in statement.conditions
+                if condition.key.lower() == "dynamodb:leadingkeys"
+                for pattern in condition.values
+            ] or [""]
+            for action in statement.actions:
+                for pattern in patterns:
+                    if (function, statement.index, action.lower(), pattern) not in used:
+                        where = f" on {pattern}" if pattern else ""
+                        unused.append(f"{function} statement {statement.index + 1}: {action}{where}")
+    return unused
 
 
 def resource_kind(arn: str) -> str:
@@ -496,16 +530,16 @@ class Enforcement:
             raise KeyError(f"no AWS::Serverless::Function {function!r} in the template")
         for request in self.requests(service, operation, params, client):
             allowed = decide(statements, request)
-            prefixes = [key_prefix(k) for k in request.leading_keys] or [""]
+            patterns = [_pattern(allowed, k) for k in request.leading_keys] or [""]
             attributes = request.context.get("dynamodb:Attributes", ())
             with self._lock:
-                for prefix in prefixes:
+                for pattern in patterns:
                     self.calls.add(
                         Call(
                             function,
                             request.action,
                             resource_kind(request.resource),
-                            prefix,
+                            pattern,
                             (attributes,) if isinstance(attributes, str) else tuple(attributes),
                             None if allowed is None else allowed.index,
                         )

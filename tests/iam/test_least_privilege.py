@@ -100,10 +100,8 @@ def test_a_join_function_can_write_no_pool(function: str, joined: dict[str, Any]
     assert dynamo.get(pk, "POOL#other") is None
 
 
-@pytest.mark.parametrize("function", ANONYMOUS)
-def test_a_join_function_may_spend_a_tokens_use_and_write_nothing_else_of_it(
-    function: str, joined: dict[str, Any]
-) -> None:
+def test_the_machine_join_may_spend_a_tokens_use_and_write_nothing_else_of_it(joined: dict[str, Any]) -> None:
+    function = "MachineJoinFunction"
     pk, sk = tokens_db.token_key(joined["tokenId"])
     before = token_item(joined["tokenId"])
     # When the join function spends one use, as a join does / Then it may
@@ -129,6 +127,17 @@ def test_a_join_function_may_spend_a_tokens_use_and_write_nothing_else_of_it(
         k: v for k, v in before.items() if k != "usesRemaining"
     }
     assert dynamo.get(*tokens_db.token_key("jt_forged")) is None
+
+
+def test_the_cluster_join_writes_no_token_at_all(joined: dict[str, Any]) -> None:
+    # Given a token (a cluster join never uses one: its credential is the cluster key)
+    token = tokens_db.JoinToken.from_item(token_item(joined["tokenId"]))
+    # When the cluster join spends a use / Then IAM refuses, and the token is unchanged
+    refused(
+        "ClusterJoinFunction",
+        lambda: dynamo.transact([tokens_db.spend_use(token, now_epoch=int(clock.epoch()))]),
+    )
+    assert token_item(joined["tokenId"])["usesRemaining"] == token.uses_remaining
 
 
 def test_only_the_retention_job_may_delete_a_ca_key(joined: dict[str, Any]) -> None:
