@@ -96,8 +96,9 @@ class Statement:
     conditions: tuple[Condition, ...]
     source: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
 
-    def describe(self) -> str:
-        return f"{self.function} statement {self.index + 1} ({', '.join(self.actions)})"
+    def __post_init__(self) -> None:
+        # IAM matches actions case-insensitively: compared lower-cased on both sides.
+        object.__setattr__(self, "actions", tuple(a.lower() for a in self.actions))
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -158,13 +159,19 @@ class Request:
         return (value,) if isinstance(value, str) else value
 
 
+@functools.cache
+def _matcher(pattern: str) -> Callable[[str], Any]:
+    return re.compile(fnmatch.translate(pattern.replace("[", "[[]"))).match
+
+
 def _like(pattern: str, value: str) -> bool:
     """IAM's StringLike: `*` any run of characters (`/` and `#` too), `?` one character."""
-    return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+    return pattern == value or (("*" in pattern or "?" in pattern) and _matcher(pattern)(value) is not None)
 
 
 def _matches_action(pattern: str, action: str) -> bool:
-    return fnmatch.fnmatchcase(action.lower(), pattern.lower().replace("[", "[[]"))
+    """Actions are case-insensitive; both sides are lower-cased where they are made."""
+    return _like(pattern, action)
 
 
 _BASE = {
@@ -184,8 +191,10 @@ def _holds(condition: Condition, context: Mapping[str, ContextValue]) -> bool:
         raise ValueError(f"condition operator {operator!r} is not evaluated")
     negated = "Not" in base
     match = _BASE[base]
-    present = {k.lower(): v for k, v in context.items()}
-    value = present.get(condition.key.lower())
+    value = context.get(condition.key)
+    if value is None:  # condition keys are case-insensitive
+        wanted = condition.key.lower()
+        value = next((v for k, v in context.items() if k.lower() == wanted), None)
     if value is None:
         if quantifier == "ForAllValues" or if_exists:
             return True
@@ -208,8 +217,9 @@ def _holds(condition: Condition, context: Mapping[str, ContextValue]) -> bool:
 
 
 def _applies(statement: Statement, request: Request) -> bool:
+    action = request.action.lower()
     return (
-        any(_matches_action(a, request.action) for a in statement.actions)
+        any(_matches_action(a, action) for a in statement.actions)
         and any(_like(r, request.resource) for r in statement.resources)
         and all(_holds(c, request.context) for c in statement.conditions)
     )
@@ -236,12 +246,16 @@ def expression_attributes(expression: str | None, names: Mapping[str, str] | Non
     """The top-level attribute names an expression names (placeholders resolved)."""
     if not expression:
         return set()
-    found = set()
-    for word, call in _WORD.findall(expression):
-        if call or word.lower() in _KEYWORDS:
-            continue
-        found.add((names or {}).get(word, word) if word.startswith("#") else word)
-    return found
+    return {(names or {}).get(word, word) for word in _expression_words(expression)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression_words(expression: str) -> frozenset[str]:
+    """The words of an expression that name attributes (`#placeholders` unresolved): the dal
+    writes a few dozen expressions, each parsed once."""
+    return frozenset(
+        word for word, call in _WORD.findall(expression) if not call and word.lower() not in _KEYWORDS
+    )
 
 
 # The partition key attribute of the table and of each index (template.yaml's key schema).
@@ -513,8 +527,9 @@ class Enforcement:
             self._compiled[cache_key] = compiled
         return compiled
 
-    def requests(self, service: str, operation: str, params: Mapping[str, Any], client: Any) -> list[Request]:
-        names, _ = self.policies()
+    def requests(
+        self, names: Names, service: str, operation: str, params: Mapping[str, Any], client: Any
+    ) -> list[Request]:
         if service == "dynamodb":
             return dynamodb_requests(operation, params, names)
         return kms_requests(operation, params, names, client, self.keys)
@@ -524,11 +539,11 @@ class Enforcement:
     ) -> None:
         """Raise IAM's AccessDeniedException unless `function`'s policy allows every authorization
         the call needs."""
-        _, policies = self.policies()
+        names, policies = self.policies()
         statements = policies.get(function)
         if statements is None:
             raise KeyError(f"no AWS::Serverless::Function {function!r} in the template")
-        for request in self.requests(service, operation, params, client):
+        for request in self.requests(names, service, operation, params, client):
             allowed = decide(statements, request)
             patterns = [_pattern(allowed, k) for k in request.leading_keys] or [""]
             attributes = request.context.get("dynamodb:Attributes", ())
