@@ -51,7 +51,7 @@ def _iam_refusals() -> Iterator[None]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """JOINPLANE_IAM_RECORD=<dir> (`make test` sets it): each process writes what each function did;
     the process that ran the session (xdist's controller, or the only one) then lists the grants of
-    template.yaml that no call used, i.e. wider than the code was seen to need."""
+    template.yaml that no call used, i.e. wider than the code was seen to need, and fails the run."""
     folder = os.environ.get("JOINPLANE_IAM_RECORD")
     if not folder:
         return
@@ -72,11 +72,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     with open(os.path.join(folder, "unused-grants.txt"), "w") as out:
         out.write("".join(f"{line}\n" for line in unused))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and unused:
-        reporter.write_line(
-            f"IAM: {len(unused)} grants of template.yaml no test used (a whole run should use them all): "
-            f"{os.path.join(folder, 'unused-grants.txt')}"
-        )
+    if unused:
+        # A grant no call needed is as much a finding as a call no grant allows: the role is wider
+        # than the code. Fails the run, which only `make test` records (the whole suite).
+        if reporter is not None:
+            reporter.write_line(
+                f"IAM: {len(unused)} grants of template.yaml no function used in this run "
+                "(remove them, or test the code that needs them through its handler):"
+            )
+            for line in unused:
+                reporter.write_line(f"  {line}")
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -445,6 +445,8 @@ def unused_grants(statements: Mapping[str, Sequence[Statement]], calls: set[Call
                 for pattern in condition.values
             ] or [""]
             for action in statement.actions:
+                if action.partition(":")[0] not in CHECKED_SERVICES:
+                    continue
                 for pattern in patterns:
                     if (function, statement.index, action.lower(), pattern) not in used:
                         where = f" on {pattern}" if pattern else ""
