@@ -480,6 +480,11 @@ def grant_hint(function: str, request: Request) -> str:
         resource = f'!Sub "${{Table.Arn}}/index/{index}"' if index else "!GetAtt Table.Arn"
     elif resource.startswith("arn:aws:kms:"):
         resource = '!Sub "arn:${AWS::Partition}:kms:${AWS::Region}:${AWS::AccountId}:key/*"'
+    if request.action.lower() == "kms:schedulekeydeletion" and function != "RetentionFunction":
+        return (
+            "do not grant it: only the retention job deletes KMS keys (docs/pki.md); record the key "
+            "as abandoned instead (joinplane.ca.schedule_key_deletion)"
+        )
     lines = [
         f"add to {function}'s Policies in template.yaml (or widen its statement for this kind of item):",
         "  - Effect: Allow",
@@ -487,6 +492,14 @@ def grant_hint(function: str, request: Request) -> str:
         f"    Resource: {resource}",
     ]
     prefixes = sorted({key_prefix(k) + "*" for k in request.leading_keys})
+    if resource.startswith('!Sub "arn:${AWS::Partition}:kms:'):
+        lines += [
+            "    Condition:  # only this stack's CA keys, as every key statement",
+            "      StringEquals:",
+            '        "aws:ResourceTag/joinplane:stack": !Ref AWS::StackName',
+            '        "kms:KeySpec": ECC_NIST_P256',
+            '        "kms:KeyUsage": SIGN_VERIFY',
+        ]
     if prefixes:
         lines += [
             "    Condition:",
