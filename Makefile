@@ -127,8 +127,11 @@ PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 pytest: setup
 	$(BIN)/pytest $(PARALLEL)
 
+# Every call a function makes in the tests is checked against its IAM statements (tests/conftest.py);
+# the run also records them, and lists in .iam-record/unused-grants.txt the grants no test used.
 test: setup lint typecheck validate scan build runtime
-	JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest $(PARALLEL)
+	rm -rf .iam-record
+	JOINPLANE_IAM_RECORD=.iam-record JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest $(PARALLEL)
 
 # shared/openapi.json against the local runtime (schemathesis, every check on every operation in
 # every phase). `make test` gives it 30 s to fuzz in; `make contract` 120 s, and

@@ -3,14 +3,17 @@ template.yaml's own definition, and the clock put back after each test."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 
 from joinplane import aws, container
 from joinplane_local import emulator as local_emulator
+from joinplane_local import iam
 from joinplane_local.seed import install_admin_key
 from joinplane_local.template import Names, Template, create_resources, load
 
@@ -27,6 +30,61 @@ LONGEST_FIRST = (
     "tests/clusters/test_accept_join_input.py",
     "tests/attestation/test_discovery.py",
 )
+
+
+# Every DynamoDB and KMS call a function's handler makes is checked against that function's policy
+# in template.yaml, as IAM would (joinplane_local.iam): a write the policy forbids fails here, not
+# only once deployed.
+ENFORCEMENT = iam.install()
+
+
+@pytest.fixture(autouse=True)
+def _iam_refusals() -> Iterator[None]:
+    """A refusal fails the test that caused it, even when the code swallowed the AccessDenied (a
+    best-effort call). Tests of the refusals themselves take them first (`ENFORCEMENT.take_denials()`)."""
+    ENFORCEMENT.take_denials()
+    yield
+    refused = ENFORCEMENT.take_denials()
+    if refused:
+        pytest.fail("IAM would refuse:\n" + "\n\n".join(dict.fromkeys(refused)), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """JOINPLANE_IAM_RECORD=<dir> (`make test` sets it): each process writes what each function did;
+    the process that ran the session (xdist's controller, or the only one) then lists the grants of
+    template.yaml that no call used, i.e. wider than the code was seen to need, and fails the run."""
+    folder = os.environ.get("JOINPLANE_IAM_RECORD")
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    if ENFORCEMENT.calls:
+        with open(os.path.join(folder, f"calls-{os.getpid()}.json"), "w") as out:
+            json.dump([asdict(call) for call in ENFORCEMENT.calls], out)
+    if hasattr(session.config, "workerinput"):
+        return
+    calls = set()
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("calls-"):
+            with open(os.path.join(folder, name)) as recorded:
+                calls |= {
+                    iam.Call(**{**c, "attributes": tuple(c["attributes"])}) for c in json.load(recorded)
+                }
+    unused = iam.unused_grants(ENFORCEMENT.policies()[1], calls)
+    with open(os.path.join(folder, "unused-grants.txt"), "w") as out:
+        out.write("".join(f"{line}\n" for line in unused))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if unused:
+        # A grant no call needed is as much a finding as a call no grant allows: the role is wider
+        # than the code. Fails the run, which only `make test` records (the whole suite).
+        if reporter is not None:
+            reporter.write_line(
+                f"IAM: {len(unused)} grants of template.yaml no function used in this run "
+                "(remove them, or test the code that needs them through its handler):"
+            )
+            for line in unused:
+                reporter.write_line(f"  {line}")
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

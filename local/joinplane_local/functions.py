@@ -33,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from . import iam
 from .template import ROOT, Template
 
 FUNCTION_TYPE = "AWS::Serverless::Function"
@@ -306,7 +307,8 @@ class Functions:
         context = LambdaContext(spec, loaded.log_stream_name)
         started = time.monotonic()
         try:
-            result = loaded.handler(payload, context)
+            with iam.acting_as(logical_id):
+                result = loaded.handler(payload, context)
         except Exception as error:
             raise FunctionError(logical_id, type(error).__name__, str(error)) from error
         elapsed = time.monotonic() - started

@@ -29,6 +29,7 @@ from typing import Any, Literal, TextIO
 from joinplane import container
 
 from . import emulator as embedded
+from . import iam
 from .functions import DEFAULT_CONCURRENCY, Functions
 from .gateway import Gateway, Route
 from .template import REGION, TEMPLATE, Names, Template, create_resources, load
@@ -266,6 +267,10 @@ def start_runtime(
                 endpoint_url = emulator.endpoint_url
             assert endpoint_url is not None
             environment.set({"AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": region})
+        if mode != "aws":
+            # Towards an emulator, IAM is emulated too: each function's calls are checked against
+            # its policy (joinplane_local.iam). In AWS, IAM itself does it.
+            iam.install()
         container.reset()  # whatever a previous run in this process cached was for its endpoint
         clients = client_factory(endpoint_url, region)
 

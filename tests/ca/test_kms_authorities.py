@@ -22,6 +22,7 @@ from joinplane.dal import authorities as authorities_db
 from joinplane.dal import dynamo
 from joinplane.dal.pools import pool_key
 from joinplane.errors import Aborted, Internal, InvalidState, JoinplaneError, Unavailable
+from joinplane_local import iam
 from tests.support import release_together
 from tests.support.csr import Csrs, OpensslTool, openssl
 
@@ -113,7 +114,7 @@ def test_a_pools_first_certificate_makes_a_tagged_p256_kms_key_whose_public_key_
         "joinplane:ca": active.ca_id,
     }
     aliases = aws.client("kms").list_aliases(KeyId=metadata["KeyId"])["Aliases"]
-    assert [a["AliasName"] for a in aliases] == [f"alias/joinplane/local/{active.ca_id}"]
+    assert [a["AliasName"] for a in aliases] == [f"alias/joinplane/joinplane-local/{active.ca_id}"]
     # And openssl reads the KMS key's public key out of the CA certificate the machine was handed
     ca_file = ossl.write("ca.pem", issued.ca_certificates_pem)
     assert openssl("x509", "-in", str(ca_file), "-noout", "-pubkey").stdout == kms_public_key_pem(
@@ -296,7 +297,8 @@ def test_a_retired_ca_leaves_the_bundle_once_its_certificates_expired_and_its_ke
     assert stored(pool).pointer.bundle[1:] == (first.ca_id,)
     # When the clock passes bundleUntil (30 days + skew + cache) and the job runs
     clock.advance(ca.BUNDLE_GRACE_SECONDS + 1)
-    assert expiry.expire_retired_authorities() >= 1
+    with iam.acting_as("RetentionFunction"):  # as the scheduled job's role allows
+        assert expiry.expire_retired_authorities() >= 1
     # Then the first CA is expired, out of the bundle, and its key is pending deletion in KMS
     expired = authorities_db.get(first.ca_id)
     assert expired is not None and expired.state == "expired"
@@ -330,7 +332,10 @@ def test_rotating_an_archived_pool_is_refused_and_changes_nothing(
     assert refused.value.reason == "POOL_ARCHIVED"
     assert stored(pool) == before
     assert [c.ca_id for c in authorities_db.list_pool(TENANT, pool)] == [before.active.ca_id]
-    # And the key it made for the refused rotation is scheduled for deletion
+    # And the key it made for the refused rotation is scheduled for deletion by the retention job
+    clock.advance(expiry.ABANDONED_KEY_GRACE_SECONDS + 1)
+    with iam.acting_as("RetentionFunction"):
+        assert expiry.delete_abandoned_keys() == 1
     keys = aws.client("kms").list_keys()["Keys"]
     pending = [
         k["KeyId"]
@@ -366,7 +371,10 @@ def test_eight_first_joins_of_a_new_pool_converge_on_one_ca_and_the_losers_keys_
     # Then every one of them signed with the one CA the table holds
     assert len(set(ca_ids)) == 1 and ca_ids[0] == stored(pool).active.ca_id
     assert len(authorities_db.list_pool(TENANT, pool)) == 1
-    # And every key a loser made is pending deletion; the winner's is enabled
+    # And once the retention job ran, every key a loser made is pending deletion; the winner's is enabled
+    clock.advance(expiry.ABANDONED_KEY_GRACE_SECONDS + 1)
+    with iam.acting_as("RetentionFunction"):
+        expiry.delete_abandoned_keys()
     made = [
         k["KeyId"]
         for k in aws.client("kms").list_keys()["Keys"]

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from joinplane import aws
+from joinplane import aws, clock, expiry
 from joinplane.dal import authorities as authorities_db
+from joinplane_local import iam
 from tests.support import call, join, key_id_of, openssl_csr
 from tests.support.crl import fetched_crl
 from tests.support.csr import openssl
@@ -247,6 +248,9 @@ def test_a_newer_request_replaces_the_pending_one_and_its_key_is_scheduled_for_d
     assert call(GET, POOL, admin_key).body["pending"] == second
     abandoned = authorities_db.get(first["caId"])
     assert abandoned is not None and abandoned.state == "abandoned"
+    clock.advance(expiry.ABANDONED_KEY_GRACE_SECONDS + 1)
+    with iam.acting_as("RetentionFunction"):
+        assert expiry.delete_abandoned_keys() == 1
     metadata = aws.client("kms").describe_key(KeyId=abandoned.key_id)["KeyMetadata"]
     assert metadata["KeyState"] == "PendingDeletion"
     # And importing the first request's certificate is refused: it is not for the pending key

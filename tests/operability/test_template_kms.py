@@ -97,7 +97,10 @@ def test_only_the_ca_functions_revocation_and_the_retention_job_touch_kms_keys_a
     assert actions(crl_signing) == {"kms:Sign"} and crl_signing["Condition"] == CA_KEY
     (deletion,) = granting(FUNCTIONS["RetentionFunction"], "kms:ScheduleKeyDeletion")
     assert deletion["Condition"] == CA_KEY
-    assert actions(deletion) == {"kms:ScheduleKeyDeletion"}
+    assert actions(deletion) == {"kms:ScheduleKeyDeletion", "kms:ListResourceTags"}
+    # And no other function may delete a key (tests/iam tries it with each one's statements)
+    deleting = [name for name, function in FUNCTIONS.items() if granting(function, "kms:ScheduleKeyDeletion")]
+    assert deleting == ["RetentionFunction"]
 
 
 def test_every_function_names_the_alias_prefix_and_stack_tag_the_ca_code_reads() -> None:

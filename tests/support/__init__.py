@@ -12,6 +12,7 @@ conftest fixture), never from another test module.
 - requirements: the pinned requirement files, includes followed (`pins`)
 - import_guard: a module run with only one requirement file's distributions importable (a script)
 - servers: stand-in HTTP servers for the CLI (`serving`)
+- iam: the functions' emulated IAM (`refusals`, `policies`)
 """
 
 from .csr import CsrFile, csr_for_key, make_csr, openssl_csr

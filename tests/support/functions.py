@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from joinplane import routes
+from joinplane_local import iam
 from joinplane_local.functions import FunctionSpec, specs_from_template
 from joinplane_local.template import Template, load
 
@@ -34,6 +35,8 @@ def load_function(name: str) -> ModuleType:
         assert found and found.loader
         module = importlib.util.module_from_spec(found)
         found.loader.exec_module(module)
+        # Run as the function's role: its calls are checked against its policy (joinplane_local.iam).
+        setattr(module, spec.handler_attr, iam.acting(spec.logical_id, getattr(module, spec.handler_attr)))
         _loaded[spec.logical_id] = module
     return _loaded[spec.logical_id]
 

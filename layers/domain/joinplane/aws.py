@@ -16,12 +16,22 @@ process, so the local runtime and the tests, which make clients again after a re
 
 import functools
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from joinplane import container
 
 _frozen = [False, False]  # before the first session, after the first client
+# Called with (service, client) for each client made: the local runtime and the tests check every
+# call a function makes against that function's IAM policy there (joinplane_local.iam), as IAM
+# would. Deployed, nothing registers.
+_made_hooks: list[Callable[[str, Any], None]] = []
+
+
+def on_client(hook: Callable[[str, Any], None]) -> None:
+    """Run `hook(service, client)` on every client made from now on (once per hook)."""
+    if hook not in _made_hooks:
+        _made_hooks.append(hook)
 
 
 def _freeze(after_client: bool) -> None:
@@ -73,6 +83,8 @@ def client(service: str) -> Any:
         config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=5),
     )
     _freeze(after_client=True)
+    for hook in _made_hooks:
+        hook(service, made)
     return made
 
 

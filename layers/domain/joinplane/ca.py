@@ -905,18 +905,18 @@ def kms_public_key(key_id: str) -> ec.EllipticCurvePublicKey:
 
 
 def schedule_key_deletion(key_id: str) -> None:
-    """Best effort: a key that is never used costs $1 a month until deleted; a failure here must not
-    hide the caller's own outcome."""
+    """Hand a key no CA will use to the retention job, which schedules its deletion once it has
+    checked that no CA uses it: these functions answer without an API key (joins, CRLs) and hold no
+    kms:ScheduleKeyDeletion (docs/pki.md). Best effort: a key that is never used costs $1 a month
+    until deleted; a failure here must not hide the caller's own outcome."""
     try:
-        aws.client("kms").schedule_key_deletion(
-            KeyId=key_id, PendingWindowInDays=authorities_db.KEY_DELETION_DAYS
-        )
+        authorities_db.abandon_key(key_id, at_epoch=int(clock.epoch()))
     except Exception as failure:
         from joinplane import observe
 
         observe.log(
             "WARNING",
-            "a KMS key could not be scheduled for deletion",
+            "an unused KMS key could not be handed to the retention job",
             keyId=key_id,
             error=type(failure).__name__,
         )

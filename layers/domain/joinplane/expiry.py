@@ -78,6 +78,64 @@ def expire_retired_authorities(max_items: int = 100) -> int:
     return expired
 
 
+# A key is recorded as abandoned after the write that would have used it failed, or while one whose
+# outcome is unknown (a timeout) may still land: the job waits past any function's timeout before it
+# reads the key's CA, so a CA that did get stored is seen and its key kept.
+ABANDONED_KEY_GRACE_SECONDS = 300
+
+
+def delete_abandoned_keys(max_items: int = 100) -> int:
+    """Keys the functions recorded as abandoned (joinplane.ca) are scheduled for deletion, each only
+    if its tags say this stack made it and name a CA that is not stored or was abandoned: a record
+    is a request, never trusted, so a forged one cannot delete a key in use. Each record is dropped
+    once decided."""
+    from joinplane.settings import settings
+
+    stack = settings().kms_stack_tag
+    before = int(clock.epoch()) - ABANDONED_KEY_GRACE_SECONDS
+    deleted = 0
+    start: dict[str, Any] | None = None
+    while deleted < max_items:
+        page = authorities_db.abandoned_keys(
+            before_epoch=before, limit=min(100, max_items - deleted), start=start
+        )
+        for key_id in page.key_ids:
+            if _unused(key_id, stack):
+                _schedule_key_deletion(key_id)
+                deleted += 1
+                observe.log("INFO", "an abandoned CA key was scheduled for deletion", keyId=key_id)
+            authorities_db.forget_abandoned_key(key_id)
+        if page.next is None:
+            break
+        start = page.next
+    return deleted
+
+
+def _unused(key_id: str, stack: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    client = aws.client("kms")
+    try:
+        tags = {t["TagKey"]: t["TagValue"] for t in client.list_resource_tags(KeyId=key_id).get("Tags", [])}
+    except client.exceptions.NotFoundException:
+        return False  # nothing to delete
+    except ClientError as failure:
+        if failure.response.get("Error", {}).get("Code") != "AccessDeniedException":
+            raise
+        tags = {}  # IAM lets the job read only this stack's keys
+    ca_id = tags.get("joinplane:ca")
+    if tags.get("joinplane:stack") != stack or not ca_id:
+        observe.log("WARNING", "a key recorded as abandoned is not this stack's CA key: kept", keyId=key_id)
+        return False
+    ca = authorities_db.get(ca_id)
+    if ca is not None and ca.state != "abandoned":
+        observe.log(
+            "WARNING", "a key recorded as abandoned belongs to a stored CA: kept", keyId=key_id, caId=ca_id
+        )
+        return False
+    return True
+
+
 def _schedule_key_deletion(key_id: str) -> None:
     client = aws.client("kms")
     # Already pending deletion: a run before this one scheduled it.

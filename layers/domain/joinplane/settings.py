@@ -15,7 +15,7 @@ class Settings(NamedTuple):
     event_bus_name: str = "default"
     # Each pool CA's KMS key is aliased `<prefix>/<caId>` (template: alias/joinplane/<stack>) and
     # tagged joinplane:stack=<tag>, the tag IAM lets the functions sign with.
-    kms_alias_prefix: str = "alias/joinplane/local"
+    kms_alias_prefix: str = "alias/joinplane/joinplane-local"
     kms_stack_tag: str = "joinplane-local"
     # The authority of every machine's SPIFFE ID (template parameter SpiffeTrustDomain). Checked
     # where IDs are made (joinplane.spiffe), so a bad value fails certificate issuance, not every function.
@@ -29,7 +29,7 @@ def settings() -> Settings:
     return Settings(
         table_name=os.environ["TABLE_NAME"],
         event_bus_name=os.environ.get("EVENT_BUS_NAME", "default"),
-        kms_alias_prefix=os.environ.get("KMS_ALIAS_PREFIX", "alias/joinplane/local"),
+        kms_alias_prefix=os.environ.get("KMS_ALIAS_PREFIX", "alias/joinplane/joinplane-local"),
         kms_stack_tag=os.environ.get("KMS_STACK_TAG", "joinplane-local"),
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
         audit_retention_days=int(os.environ.get("AUDIT_RETENTION_DAYS", "400")),

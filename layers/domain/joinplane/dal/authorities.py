@@ -605,3 +605,56 @@ def expire(pointer: Pointer, ca: CertificateAuthority, at: str) -> None:
         )
     except dynamo.TransactionCanceled:
         raise Contended() from None
+
+
+# --- Keys no CA uses, for the retention job to delete ---------------------------------------------
+#
+# `ABANDONEDKEY#<keyId>` / `KEY`: keyId, abandonedAt (epoch seconds); gsi2
+# `ABANDONEDKEYS` / `<abandonedAt>#<keyId>`. A function that made a KMS key no CA will use (a lost
+# first-CA race, a failed rotation, a CSR replaced by a newer one) records it here rather than
+# deleting it: kms:ScheduleKeyDeletion belongs to the retention job alone, never to a function
+# reachable without an API key. The record is only a request: the job deletes a key only if its
+# tags say it is this stack's and names a CA that is absent or abandoned (docs/pki.md), so a forged
+# record can delete no key in use. Not a stream prefix (no security event): the job logs each deletion.
+ABANDONED_KEY_PREFIX = "ABANDONEDKEY#"
+ABANDONED_PARTITION = "ABANDONEDKEYS"
+
+
+def abandoned_key_key(key_id: str) -> tuple[str, str]:
+    return f"{ABANDONED_KEY_PREFIX}{key_id}", "KEY"
+
+
+def abandon_key(key_id: str, *, at_epoch: int) -> None:
+    """Record a key no CA will use (idempotent: a second record of one key replaces the first)."""
+    pk, sk = abandoned_key_key(key_id)
+    dynamo.put(
+        {
+            "pk": pk,
+            "sk": sk,
+            "keyId": key_id,
+            "abandonedAt": at_epoch,
+            "gsi2pk": ABANDONED_PARTITION,
+            "gsi2sk": f"{at_epoch:012d}#{key_id}",
+        }
+    )
+
+
+class AbandonedPage(NamedTuple):
+    key_ids: list[str]
+    next: Item | None
+
+
+def abandoned_keys(*, before_epoch: int, limit: int = 100, start: Item | None = None) -> AbandonedPage:
+    """Keys recorded as abandoned at or before `before_epoch`, oldest first (gsi2: eventually consistent)."""
+    page = dynamo.query(
+        pk=ABANDONED_PARTITION,
+        index="gsi2",
+        sk_below=f"{before_epoch + 1:012d}",
+        limit=limit,
+        start_after=start,
+    )
+    return AbandonedPage([str(item["keyId"]) for item in page.items], page.last_key)
+
+
+def forget_abandoned_key(key_id: str) -> None:
+    dynamo.transact([dynamo.Write("Delete", *abandoned_key_key(key_id), name="abandoned")])
