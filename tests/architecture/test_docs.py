@@ -5,11 +5,12 @@ page, a heading it has). The wire contracts are named by their public names (doc
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.support.markdown import INTERNAL, broken_links, internal_words, user_docs
+from tests.support.markdown import broken_links, internal_words, user_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = user_docs(ROOT)
@@ -93,6 +94,11 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
 # The code speaks to its readers too: a comment or docstring that cites a tracker number or a seed
 # file says where a rule came from, not why it holds. These two files define and test the words.
 _WORD_LISTS = {"tests/architecture/test_docs.py", "tests/support/markdown.py"}
+# In code "the seed" is also a cryptographic word (MakeCredential's seed, a fuzzer's seed): only the
+# forms that name a seed file, the brief or a tracker are refused there.
+_CODE_INTERNAL = re.compile(
+    r"\.\./shared/seeds|\bseed 0|\bseed-exact\b|\bthe brief\b|\bissue [0-9]|\bitem [0-9]", re.IGNORECASE
+)
 _CODE_SUFFIXES = {".py", ".js", ".css", ".html", ".yaml", ".yml", ".toml", ".sh", ".txt"}
 
 
@@ -118,7 +124,7 @@ def test_no_internal_words_in_code() -> None:
         f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
         for path in files
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-        for match in INTERNAL.finditer(line)
+        for match in _CODE_INTERNAL.finditer(line)
     ]
     # Then there are none: name the contract by its public name, and say why the rule holds
     assert found == []
