@@ -84,6 +84,21 @@ def test_a_signing_key_is_no_ek() -> None:
         tpm_credential.check_ek(tpm_credential.parse_public(soft_ak("rsa")))
 
 
+def test_an_ek_whose_modulus_is_short_or_no_key_is_refused() -> None:
+    # Given RSA EK blobs of the right length whose modulus is zero, or a 1024-bit one padded to 2048
+    import struct
+
+    blob = soft_ek("rsa").blob
+    zero = blob[:-256] + bytes(256)
+    short = (int.from_bytes(blob[-256:], "big") >> 1024) | 1
+    padded = blob[:-256] + short.to_bytes(256, "big")
+    assert struct.unpack(">H", blob[-258:-256])[0] == 256
+    # Then neither is an EK
+    for spoiled in (zero, padded):
+        with pytest.raises(InvalidPublic, match="RSA key"):
+            tpm_credential.check_ek(tpm_credential.parse_public(spoiled))
+
+
 @pytest.mark.parametrize(
     "blob",
     [

@@ -169,6 +169,32 @@ def test_an_ak_a_tpm_could_export_is_refused_before_any_challenge(
     assert dynamo.get(*challenge_key("acme", _identity(machine.csr))) is None
 
 
+def _spoiled_ek(kind: str) -> bytes:
+    """A well-formed EK blob whose key is not a key: an RSA modulus of zero, or an ECC point moved
+    off the curve (its last byte flipped)."""
+    blob = bytearray(soft_ek(kind).blob)
+    if kind == "rsa":
+        blob[-256:] = bytes(256)
+    else:
+        blob[-1] ^= 1
+    return bytes(blob)
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ecc"])
+def test_an_ek_blob_that_is_not_a_key_is_refused_before_any_challenge(
+    make_token, machine_factory, kind: str
+) -> None:
+    # Given a join whose EK blob is well formed but holds no usable key
+    token, machine = make_token(attestation={"tpm": "require"}), machine_factory()
+    presented = {**SoftTpm.make(kind).presented(), "ekPublic": base64.b64encode(_spoiled_ek(kind)).decode()}
+    # When it joins
+    reply = join({"joinToken": token["token"], "csr": machine.csr, "tpm": presented})
+    # Then it is a 400 naming the EK, not an internal error, and no challenge was stored
+    assert (reply.status, reply.reason) == (400, "VALIDATION_FAILED"), reply.body
+    assert "tpm.ekPublic" in reply.body["message"]
+    assert dynamo.get(*challenge_key("acme", _identity(machine.csr))) is None
+
+
 @pytest.mark.parametrize("policy", ["defer-unlisted", "require"])
 @pytest.mark.parametrize("trust", ["allow-list", "manufacturer"])
 def test_public_ek_material_without_the_tpm_is_never_admitted(

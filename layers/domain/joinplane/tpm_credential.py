@@ -94,7 +94,10 @@ class Public(NamedTuple):
 
         if self.type == ALG_RSA:
             exponent = self.rsa_exponent or 65537
-            return rsa.RSAPublicNumbers(exponent, int.from_bytes(self.rsa_modulus, "big")).public_key()
+            try:
+                return rsa.RSAPublicNumbers(exponent, int.from_bytes(self.rsa_modulus, "big")).public_key()
+            except ValueError:
+                raise InvalidPublic("the RSA key's modulus and exponent are not a usable RSA key") from None
         try:
             return ec.EllipticCurvePublicNumbers(
                 int.from_bytes(self.ecc_x, "big"), int.from_bytes(self.ecc_y, "big"), ec.SECP256R1()
@@ -192,6 +195,12 @@ def check_ek(public: Public) -> None:
         raise InvalidPublic("the endorsement key's symmetric algorithm is not AES-128-CFB")
     if public.type == ALG_RSA and public.rsa_bits != 2048:
         raise InvalidPublic("the endorsement key is RSA but not RSA-2048")
+    # Whatever a blob says, the key itself must be one MakeCredential can use: a modulus of full
+    # size (not a short one padded with zeros), a point on the curve. Read here, so a blob that
+    # is not a key is a 400 naming tpm.ekPublic rather than an error later, when the key is used.
+    if public.type == ALG_RSA and not public.rsa_modulus[0] & 0x80:
+        raise InvalidPublic("the RSA key's modulus is shorter than its declared 2048 bits")
+    public.public_key()
 
 
 # --- Part 1, "Key Derivation Functions" ------------------------------------------------------------
