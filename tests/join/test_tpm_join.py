@@ -312,6 +312,29 @@ def test_a_deferred_tpm_join_polls_without_activating_again_and_keeps_its_proof(
     assert _machine_view(admin_key, admitted.body["machineId"])["tpm"]["activated"] is True
 
 
+def test_a_tpm_join_a_requiring_token_deferred_is_admitted_once_approved(
+    make_token, machine_factory, admin_key
+) -> None:
+    # Given a TPM join through a token requiring a TPM (with uses left: a spent token sends its
+    # retries straight to the key's history), deferred: its activated EK is on no list
+    token = make_token(attestation={"tpm": "require"}, maxUses=5)
+    machine, tpm = machine_factory(), SoftTpm.make()
+    body = {"joinToken": token["token"], "csr": machine.csr}
+    _, deferred = join_with_tpm(body, machine.key, tpm)
+    assert deferred.status == 202, deferred.body
+    request_id = deferred.body["joinRequest"]["requestId"]
+    # When it polls with its TPM's fields and no activation, Then it is still pending, not denied
+    poll = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
+    assert poll.status == 202 and poll.body["joinRequest"]["requestId"] == request_id, poll.body
+    # When an operator approves and it polls again, Then it is admitted with what its TPM proved
+    admin = keyauth.verify(admin_key)
+    assert admin is not None
+    approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
+    admitted = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
+    assert admitted.status == 200, admitted.body
+    assert _machine_view(admin_key, admitted.body["machineId"])["tpm"]["activated"] is True
+
+
 def test_a_token_can_require_the_same_tpm_again_on_rejoin(make_token, machine_factory, admin_key) -> None:
     # Given a machine admitted with an activated TPM through a token requiring it again on re-join
     token = make_token(attestation={"tpm": "defer-unlisted", "tpmRejoin": "activate"}, maxUses=3)

@@ -504,10 +504,12 @@ def _dry_run(attempt: Attempt) -> Response:
     )
 
 
-def _tpm(attempt: Attempt) -> Attempt | Response:
+def _tpm(attempt: Attempt) -> Attempt | Identity | Response:
     """A join that presents a TPM (docs/tpm.md): its challenge, or the attempt with the TPM's
-    activation checked and consumed. A poll of the key's pending join request needs no new
-    activation (the request recorded what the TPM proved), and a dry run never activates: it
+    activation checked and consumed. A poll of the key's pending join request through its token
+    needs no new activation: the request recorded what the TPM proved, so the key's record comes
+    back and its history decides (the attestors would count the unactivated TPM as none, and
+    `tpm: require` would deny the poll of a request it deferred). A dry run never activates: it
     answers as for a TPM not proved. Nothing here runs for a join without a TPM."""
     from joinplane import tpm_join
 
@@ -524,7 +526,7 @@ def _tpm(attempt: Attempt) -> Attempt | Response:
         return attempt._replace(tpm=activated)
     record = machines_db.get_identity(attempt.tenant, attempt.identity)
     if record is not None and record.request_id and not record.machine_id:
-        return attempt
+        return record if record.token_id == attempt.token.token_id else attempt
     if not attempt.token.usable_at(clock.epoch()):
         # A spent token challenges only the keys it already serves (their re-joins): no
         # challenge is stored for a join the token would refuse anyway.
@@ -568,16 +570,22 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         join_facts.ek_sha256(request),
         join_facts.verified_proof(proof_header, "join", secret, body, csr),
     )
+    polled: Identity | None = None
     if join_facts.presents_tpm(request):
         challenged = _tpm(attempt)
-        if not isinstance(challenged, Attempt):
+        if isinstance(challenged, Identity):
+            polled = challenged
+        elif not isinstance(challenged, Attempt):
             return challenged
-        attempt = challenged
+        else:
+            attempt = challenged
     join_facts.hardware_claims(request)  # refuses malformed hardware ids before anything is decided
     _refuse(join_decide.preflight(request.preflight))
     if request.dryRun:
         observe.note(dryRun=True)
         return _dry_run(attempt)
+    if polled is not None:
+        return _known(attempt, polled)
     if token.usable_at(clock.epoch()):
         fresh = _fresh(attempt)
         if not isinstance(fresh, Identity):
