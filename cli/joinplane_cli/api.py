@@ -376,7 +376,12 @@ class Client:
             try:
                 return self._post(path, body, bearer=bearer, proof=proof)
             except ApiError as failed:
-                if proof is not None and not corrected and failed.reason == "PROOF_STALE":
+                if (
+                    proof is not None
+                    and not corrected
+                    and failed.reason == "PROOF_STALE"
+                    and skew.may_follow(self.url)
+                ):
                     # One proof signed again on the server's clock, as AWS SDKs correct a skew.
                     corrected = True
                     server = skew.server_time(failed.metadata, failed.date)

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,8 +242,10 @@ class Service:
 
     def _sleep_until(self, due: float) -> bool:
         """Sleep until the server's clock (the wall clock, corrected by what a stale proof taught)
-        reaches `due`; True when asked to stop meanwhile."""
-        while (left := due - skew.now()) > 0:
+        reaches `due`, or this machine's own clock does, whichever comes first: a wrong offset (one
+        forged answer) may make the agent renew early, never let its certificate lapse. True when
+        asked to stop meanwhile."""
+        while (left := due - max(skew.now(), time.time())) > 0:
             if self.stopper.sleep(min(left, LONGEST_NAP)):
                 return True
         return self.stopper.stopping

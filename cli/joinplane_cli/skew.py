@@ -11,24 +11,32 @@ The server's time is the refusal's ErrorInfo `serverTime` (Unix milliseconds) wh
 the HTTP `Date` header (whole seconds: its middle is taken, well inside the window). Anything else,
 or a time unreadable as either, is ignored and the refusal surfaces as it is.
 
-The bound: a correction of more than `MAX_CORRECTION_SECONDS` either way is not made. Whoever
-answers can make the client sign a proof dated at the time it claims; over HTTPS that is the real
-API, which gains nothing from it (the proof is for its own clock), but a party that can forge the
-answer (plain http on a network, a TLS-terminating proxy) receives the request's credential anyway
-and so could keep a proof dated in the future and present it then, when the machine's own proofs
-have moved on. Such a proof is worth something only while its credential is still valid, and
-nothing in Joinplane (join token, join request, certificate) lives longer than 30 days: 31 days
-covers every expiry a local clock can be moved forward to test, and keeps a forged Date from
-post-dating a proof further than any credential it is bound to could live anyway.
+Whose clock is followed: only an answer that came over HTTPS, or from this machine (a loopback
+address: the local runtime, whose clock `POST /_local/clock` moves). Whoever answers can make the
+client sign a proof dated at the time it claims; a party that could forge an answer on the way
+(plain http across a network) could keep such a post-dated proof and present it when that time
+comes: a re-join needs only the proof and the join token, which serves the keys it admitted even
+once expired. Over HTTPS the answer is the real API's, which gains nothing from a proof dated on
+its own clock. A TLS-intercepting proxy is trusted by the machine's own configuration.
+
+The bound: a correction of more than `MAX_CORRECTION_SECONDS` either way is not made: a clock that
+far off is the machine's to fix (NTP), and 31 days covers every expiry a local runtime's clock is
+moved forward to test (nothing in Joinplane is issued for longer than 30 days).
+
+The agent schedules renewals on the corrected clock, but never later than the same instant on
+the machine's own clock (`joinplane_cli.service`): a wrong offset can make it renew early, never
+late.
 """
 
 from __future__ import annotations
 
 import calendar
+import ipaddress
 import re
 import sys
 import threading
 import time
+import urllib.parse
 from typing import TextIO
 
 MAX_CORRECTION_SECONDS = 31 * 86_400
@@ -46,6 +54,21 @@ _SERVER_MS = re.compile(r"[0-9]{13}")
 _lock = threading.Lock()
 _offset = 0.0
 _last_proof_ms = 0
+
+
+def may_follow(url: str) -> bool:
+    """Whether a refusal from the API at `url` may correct this process's clock: HTTPS, or a
+    loopback host (see the module's note)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme == "https":
+        return True
+    host = (parsed.hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def offset() -> float:

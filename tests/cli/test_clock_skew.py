@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from joinplane import clock, errors, join_wire
-from joinplane_cli import main, skew, statedir
+from joinplane_cli import main, service, skew, statedir
 from joinplane_cli.exits import Exit
 from tests.support import serving
 from tests.support.runtime import Cli, Http
@@ -335,3 +335,55 @@ def test_server_time_in_milliseconds_wins_over_the_date(
     first, second = (_t(proof) for proof in stale.proofs)
     assert AHEAD - 1 <= second - first <= AHEAD + 1
     assert AHEAD - 1 <= skew.offset() <= AHEAD + 1
+
+
+@pytest.mark.parametrize(
+    ("url", "followed"),
+    [
+        ("https://api.example.com/prod", True),
+        ("http://127.0.0.1:3000", True),
+        ("http://127.5.6.7:3000", True),
+        ("http://localhost:3000", True),
+        ("http://[::1]:3000", True),
+        ("http://10.0.0.5:3000", False),
+        ("http://joinplane.internal", False),
+        ("http://[2001:db8::1]:3000", False),
+    ],
+)
+def test_a_clock_is_followed_only_over_https_or_from_this_machine(url: str, followed: bool) -> None:
+    # Given an API URL
+    # When the CLI asks whether a stale-proof refusal from it may correct the clock
+    # Then only an answer no one on the way could forge (HTTPS, or a loopback address) may: one
+    # forged on plain http could have the machine sign a post-dated proof to replay later
+    assert skew.may_follow(url) is followed
+
+
+class _Ticking(service.Stopper):
+    """A stopper whose sleeps pass instantly, each moving a fake wall clock on."""
+
+    def __init__(self, clock_now: list[float]) -> None:
+        super().__init__()
+        self.clock_now = clock_now
+        self.naps: list[float] = []
+
+    def sleep(self, seconds: float) -> bool:
+        self.naps.append(seconds)
+        self.clock_now[0] += seconds
+        return False
+
+
+def test_a_wrong_offset_never_delays_the_agent_past_its_own_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an agent whose clock a forged answer put 30 days behind the server's real one
+    wall = [1_800_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    assert skew.learn(wall[0] - 30 * 86_400, wall[0], wall[0], err=io.StringIO())
+    stopper = _Ticking(wall)
+    options = service.ServiceOptions(url=None, token=None, directory=Path("."))
+    agent_service = service.Service(options, stopper)
+
+    # When it sleeps until a renewal due an hour from now
+    stopped = agent_service._sleep_until(wall[0] + 3_600)
+
+    # Then it woke after that hour on its own clock, not 30 days and an hour later
+    assert stopped is False
+    assert sum(stopper.naps) == pytest.approx(3_600)
