@@ -196,7 +196,9 @@ def test_a_tpm_join_costs_a_challenge_then_a_consume(make_token, machine_factory
     )
     calls.clear()
     # When it is challenged: the token, the key's history (a pending poll is not challenged), the challenge
-    first = join({"joinToken": token["token"], "csr": machine.csr, "tpm": tpm.presented()})
+    first = join(
+        {"joinToken": token["token"], "csr": machine.csr, "tpm": tpm.presented()}, signed_by=machine.key
+    )
     assert first.status == 202 and calls == Counter({"GetItem": 2, "PutItem": 1})
     calls.clear()
     # When it answers: the token, the consume, the allow-list entry, the admit

@@ -57,7 +57,7 @@ def test_a_tpm_join_is_challenged_first_and_takes_no_token_use(
     _allow(admin_key, tpm)
     body = {"joinToken": token["token"], "csr": machine.csr}
     # When it joins presenting its EK and AK
-    first = join({**body, "tpm": tpm.presented()})
+    first = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
     # Then it gets a credential to activate, in the join's answer shape, and no use was taken
     assert first.status == 202, first.body
     assert (first.body["ok"], first.body["joinRequest"], first.body["machineId"]) == (False, None, "")
@@ -85,7 +85,7 @@ def _identity(csr: str) -> str:
 def test_the_answer_is_single_use_and_needs_the_keys_proof(make_token, machine_factory) -> None:
     token, machine, tpm = make_token(maxUses=3), machine_factory(), SoftTpm.make()
     body = {"joinToken": token["token"], "csr": machine.csr}
-    first = join({**body, "tpm": tpm.presented()})
+    first = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
     retry = with_answer(body, tpm, tpm.answer(first.body["tpmChallenge"]))
     # When the answer comes without a proof of possession, Then it is refused and not consumed
     unsigned = join(retry)
@@ -100,7 +100,9 @@ def test_an_answer_replayed_with_another_key_or_another_join_is_refused(make_tok
     # Given a machine whose TPM answered its challenge
     token, other_token = make_token(maxUses=3), make_token(maxUses=3)
     victim, attacker, tpm = machine_factory(), machine_factory(), SoftTpm.make()
-    first = join({"joinToken": token["token"], "csr": victim.csr, "tpm": tpm.presented()})
+    first = join(
+        {"joinToken": token["token"], "csr": victim.csr, "tpm": tpm.presented()}, signed_by=victim.key
+    )
     secret = tpm.answer(first.body["tpmChallenge"])
     # When the answer is sent with another key (the attacker's own CSR, signed by it)
     stolen = join(
@@ -125,14 +127,33 @@ def test_an_answer_replayed_with_another_key_or_another_join_is_refused(make_tok
     assert own.status == 200, own.body
 
 
+def test_only_the_keys_holder_can_ask_for_its_challenge(make_token, machine_factory) -> None:
+    # Given a machine whose TPM holds a live challenge
+    token, other_token = make_token(maxUses=3), make_token(maxUses=3)
+    victim, tpm = machine_factory(), SoftTpm.make()
+    first = join(
+        {"joinToken": token["token"], "csr": victim.csr, "tpm": tpm.presented()}, signed_by=victim.key
+    )
+    secret = tpm.answer(first.body["tpmChallenge"])
+    # When someone with the victim's (public) CSR and a token of the tenant asks for a new challenge
+    # for that key, without the key's proof
+    cancel = join({"joinToken": other_token["token"], "csr": victim.csr, "tpm": tpm.presented()})
+    # Then it is refused, and the victim's answer to its own challenge still admits it
+    assert (cancel.status, cancel.reason) == (401, "PROOF_REQUIRED")
+    own = join(
+        with_answer({"joinToken": token["token"], "csr": victim.csr}, tpm, secret), signed_by=victim.key
+    )
+    assert own.status == 200, own.body
+
+
 def test_a_wrong_or_expired_answer_is_refused(make_token, machine_factory) -> None:
     token, machine, tpm = make_token(maxUses=3), machine_factory(), SoftTpm.make()
     body = {"joinToken": token["token"], "csr": machine.csr}
-    first = join({**body, "tpm": tpm.presented()})
+    first = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
     guessed = join(with_answer(body, tpm, base64.b64encode(os.urandom(32)).decode()), signed_by=machine.key)
     assert (guessed.status, guessed.reason) == (401, "TPM_ACTIVATION_FAILED")
     # Given a fresh challenge left past its expiry
-    first = join({**body, "tpm": tpm.presented()})
+    first = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
     clock.advance(301)
     payload = json.dumps(with_answer(body, tpm, tpm.answer(first.body["tpmChallenge"]))).encode()
     now_ms = int(clock.epoch() * 1000)  # the machine's clock moved on too
@@ -148,7 +169,9 @@ def test_a_second_tpm_claiming_the_first_ones_ek_cannot_answer(make_token, machi
     victim = SoftTpm.make("rsa")
     impostor = SoftTpm(SoftEk(soft_ek("rsa").private, victim.ek.blob), SoftTpm.make("rsa").ak_blob)
     token, machine = make_token(), machine_factory()
-    first = join({"joinToken": token["token"], "csr": machine.csr, "tpm": impostor.presented()})
+    first = join(
+        {"joinToken": token["token"], "csr": machine.csr, "tpm": impostor.presented()}, signed_by=machine.key
+    )
     # Then it cannot recover the secret: only the EK's private key decrypts the seed
     with pytest.raises(ValueError):
         impostor.answer(first.body["tpmChallenge"])
@@ -224,7 +247,7 @@ def test_public_ek_material_without_the_tpm_is_never_admitted(
     # And with the EK and AK's public parts it gets a challenge it cannot answer
     attacker = machine_factory()
     body = {"joinToken": token["token"], "csr": attacker.csr, "tpm": {"ekCertificatePem": certificate}}
-    first = join({**body, "tpm": {**body["tpm"], **victim.presented()}})
+    first = join({**body, "tpm": {**body["tpm"], **victim.presented()}}, signed_by=attacker.key)
     assert first.status == 202 and first.body["tpmChallenge"]
     forged = join(
         with_answer(body, victim, base64.b64encode(os.urandom(32)).decode()), signed_by=attacker.key
@@ -360,7 +383,7 @@ def test_two_retries_with_one_secret_released_together_admit_exactly_one(make_to
     # Given a challenge answered once
     token, machine, tpm = make_token(maxUses=5), machine_factory(), SoftTpm.make()
     body = {"joinToken": token["token"], "csr": machine.csr}
-    first = join({**body, "tpm": tpm.presented()})
+    first = join({**body, "tpm": tpm.presented()}, signed_by=machine.key)
     retry = with_answer(body, tpm, tpm.answer(first.body["tpmChallenge"]))
     # When eight retries carrying that answer (each with its own fresh proof) arrive at once
     replies = release_together(lambda _: join(retry, signed_by=machine.key), 8)

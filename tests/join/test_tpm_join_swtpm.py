@@ -156,7 +156,7 @@ def test_a_swtpm_joins_with_its_manufacturer_listed(
     }
     body = {"joinToken": token["token"], "csr": machine.csr, "tpm": presented}
     # When it joins, the TPM activates the challenge, and it retries with the secret
-    challenge = join(body).body["tpmChallenge"]
+    challenge = join(body, signed_by=machine.key).body["tpmChallenge"]
     blob, encrypted = (base64.b64decode(challenge[k]) for k in ("credentialBlob", "encryptedSecret"))
     secret = _activate(tpm, tmp_path, _credential_file(blob, encrypted))
     retry = {**body, "tpm": {**presented, "activation": {"secret": base64.b64encode(secret).decode()}}}

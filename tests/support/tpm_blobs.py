@@ -165,7 +165,7 @@ class SoftTpm(NamedTuple):
 def join_with_tpm(body: dict[str, Any], key: Path, tpm: SoftTpm) -> tuple[Reply, Reply]:
     """A TPM join from start to end: the challenge, then the retry with the recovered secret,
     signed by the machine's key (`key`). Both answers."""
-    first = join({**body, "tpm": {**body.get("tpm", {}), **tpm.presented()}})
+    first = join({**body, "tpm": {**body.get("tpm", {}), **tpm.presented()}}, signed_by=key)
     assert first.status == 202 and first.body.get("tpmChallenge"), first.body
     retry = with_answer(body, tpm, tpm.answer(first.body["tpmChallenge"]))
     return first, join(retry, signed_by=key)

@@ -531,6 +531,10 @@ def _tpm(attempt: Attempt) -> Attempt | Identity | Response:
         # A spent token challenges only the keys it already serves (their re-joins): no
         # challenge is stored for a join the token would refuse anyway.
         _refuse(join_decide.spent_token(attempt.token, record))
+    if attempt.proof_ms is None:
+        # A key has one live challenge, which a new one replaces: only its holder may ask, or anyone
+        # with the (public) CSR and a token of the tenant could cancel the machine's activation.
+        raise Unauthenticated(tpm_join.PROOF_NEEDED, reason=errors.PROOF_REQUIRED)
     observe.log("INFO", "join challenged to activate a TPM credential", outcome="challenged")
     return tpm_join.challenge(attempt.token, attempt.identity, presented)
 

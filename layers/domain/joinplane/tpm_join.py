@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 CHALLENGE_SECONDS = 300
 ACTIVATION_FAILED = "the TPM credential activation failed; start the join again to get a new challenge"
 PROOF_NEEDED = (
-    "a TPM activation answer must be signed by the csr's key: send a Joinplane-Proof header "
-    "(see docs/join.md)"
+    "a TPM join (its challenge and its activation answer) must be signed by the csr's key: send a "
+    "Joinplane-Proof header (see docs/join.md)"
 )
 
 
