@@ -519,20 +519,34 @@ def tokens_create(
         return Exit.OK
     where = f"pool {item.get('poolId')}" if item.get("poolId") else f"site {item.get('siteId')}"
     uses = item.get("maxUses")
+    settings = item.get("attestation")
+    tpm = settings.get("tpm") if isinstance(settings, dict) else None
+    # A machine that joins without --tpm through a token that wants its TPM is denied or waits:
+    # the command printed for it must carry the option.
+    wants_tpm = tpm in ("require", "defer-unlisted")
     print(
         f"Created join token {item.get('tokenId')} for {where}: {uses} use{'' if uses == 1 else 's'}, "
         f"expires {render.until(item.get('expiresAt'), now)}"
-        + (", every join waits for approval." if item.get("requireApproval") else "."),
+        + (", every join waits for approval" if item.get("requireApproval") else "")
+        + (f", TPM {tpm} (joins with --tpm)" if wants_tpm else "")
+        + ".",
         file=op.out,
     )
     if token_out:
         print(f"The token is in {token_out} (mode 0600; keep it secret). A machine joins with:", file=op.out)
-        print(f"  joinplane join --url {op.client.url} --token-file {token_out} --wait", file=op.out)
+        print(
+            f"  joinplane join --url {op.client.url} --token-file {token_out} --wait"
+            + (" --tpm" if wants_tpm else ""),
+            file=op.out,
+        )
         return Exit.OK
     print("The token (shown only now; keep it secret):", file=op.out)
     print(f"  {secret}", file=op.out)
     print("A machine joins with:", file=op.out)
-    print(f"  joinplane join --url {op.client.url} --token {secret} --wait", file=op.out)
+    print(
+        f"  joinplane join --url {op.client.url} --token {secret} --wait" + (" --tpm" if wants_tpm else ""),
+        file=op.out,
+    )
     return Exit.OK
 
 
