@@ -402,8 +402,14 @@ def requests_get(op: Operator, pool: str | None, request_id: str) -> Exit:
         body["poolId"] = pool
     item, now = op.call("joinRequests/get", body)
     pairs = _request_pairs(item, now)
+    # One request, read by a person deciding it: each reason with its words (why a TPM was not
+    # trusted, which manufacturer did not issue it), not only its code as the queue's table has.
+    reasons = [_object(x) for x in _list(item.get("reasons"))]
     pairs[4:4] = [
-        ("deferred because", [_object(x).get("code") for x in _list(item.get("reasons"))]),
+        (
+            "deferred because",
+            [f"{r.get('code')} ({r['message']})" if r.get("message") else r.get("code") for r in reasons],
+        ),
         ("asked", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
     ]
     return op.show(item, f"Join request {request_id}:", pairs)

@@ -211,6 +211,7 @@ def test_the_queue_of_every_pool_the_key_sees_and_a_request_decided_without_its_
     queue = cli.ok("requests", "list", "--all", "-o", "json").json()["requests"]
     table = cli.ok("requests", "list", "--all").out
     shown = cli.ok("requests", "get", requests[0], "-o", "json").json()
+    said = cli.ok("requests", "get", requests[0]).out
     approved = cli.ok("requests", "approve", requests[0], "--ttl", "10m", "-o", "json").json()
     rejected = cli.ok("requests", "reject", requests[1], "--reason", "not ours").out
 
@@ -220,5 +221,7 @@ def test_the_queue_of_every_pool_the_key_sees_and_a_request_decided_without_its_
     )
     assert "POOL" in table.splitlines()[0]
     assert (shown["requestId"], shown["poolId"], shown["state"]) == (requests[0], pools[0], "pending")
+    # And the request's own page gives each reason in words, not only its code
+    assert "deferred because  approval_required (this join token requires an operator's approval)" in said
     assert (approved["state"], approved["poolId"]) == ("approved", pools[0])
     assert f"Rejected {requests[1]}" in rejected and pools[1] in rejected
