@@ -153,7 +153,7 @@ def test_a_tpm_joins_facts_are_shown_in_words(
 ) -> None:
     # Given a machine whose TPM activated its EK (certified by a manufacturer) and which waits for
     # approval
-    pool = new_pool(http, "tpm-rack")
+    pool = new_pool(http, "gpu-rack-1")
     created = {"tenantId": "dev", "poolId": pool, "requireApproval": True}
     _, token = http.post("/api/compute/joinTokens/create", created, http.admin)
     tpm = SoftTpm.make("ecc")
@@ -187,6 +187,9 @@ def test_a_tpm_joins_facts_are_shown_in_words(
     ):
         assert f"{label}\n{value}" in facts, label
     assert not [field for field in stored if field != field.lower() and field in facts], facts
+    # And on a phone, the pool's name at the end of the page's first line stays whole
+    page.set_viewport_size(PHONE)
+    assert broken_words(page, True) == []
 
 
 def test_every_view_full_of_long_real_data_breaks_no_word(

@@ -89,7 +89,7 @@ export function render(context, root, requestId) {
         : null;
       clear(body).append(
         h("div", { class: "heading" }, h("h1", {}, hostname(name)), badge(request.state)),
-        h("p", { class: "lede" }, "Join request ", h("code", { text: request.requestId }), ` to ${place(request)}`),
+        h("p", { class: "lede" }, "Join request ", h("code", { text: request.requestId }), " to ", words(place(request))),
         actions,
         h(
           "section",
