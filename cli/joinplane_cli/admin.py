@@ -402,8 +402,14 @@ def requests_get(op: Operator, pool: str | None, request_id: str) -> Exit:
         body["poolId"] = pool
     item, now = op.call("joinRequests/get", body)
     pairs = _request_pairs(item, now)
+    # One request, read by a person deciding it: each reason with its words (why a TPM was not
+    # trusted, which manufacturer did not issue it), not only its code as the queue's table has.
+    reasons = [_object(x) for x in _list(item.get("reasons"))]
     pairs[4:4] = [
-        ("deferred because", [_object(x).get("code") for x in _list(item.get("reasons"))]),
+        (
+            "deferred because",
+            [f"{r.get('code')} ({r['message']})" if r.get("message") else r.get("code") for r in reasons],
+        ),
         ("asked", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
     ]
     return op.show(item, f"Join request {request_id}:", pairs)
@@ -519,20 +525,34 @@ def tokens_create(
         return Exit.OK
     where = f"pool {item.get('poolId')}" if item.get("poolId") else f"site {item.get('siteId')}"
     uses = item.get("maxUses")
+    settings = item.get("attestation")
+    tpm = settings.get("tpm") if isinstance(settings, dict) else None
+    # A machine that joins without --tpm through a token that wants its TPM is denied or waits:
+    # the command printed for it must carry the option.
+    wants_tpm = tpm in ("require", "defer-unlisted")
     print(
         f"Created join token {item.get('tokenId')} for {where}: {uses} use{'' if uses == 1 else 's'}, "
         f"expires {render.until(item.get('expiresAt'), now)}"
-        + (", every join waits for approval." if item.get("requireApproval") else "."),
+        + (", every join waits for approval" if item.get("requireApproval") else "")
+        + (f", TPM {tpm} (joins with --tpm)" if wants_tpm else "")
+        + ".",
         file=op.out,
     )
     if token_out:
         print(f"The token is in {token_out} (mode 0600; keep it secret). A machine joins with:", file=op.out)
-        print(f"  joinplane join --url {op.client.url} --token-file {token_out} --wait", file=op.out)
+        print(
+            f"  joinplane join --url {op.client.url} --token-file {token_out} --wait"
+            + (" --tpm" if wants_tpm else ""),
+            file=op.out,
+        )
         return Exit.OK
     print("The token (shown only now; keep it secret):", file=op.out)
     print(f"  {secret}", file=op.out)
     print("A machine joins with:", file=op.out)
-    print(f"  joinplane join --url {op.client.url} --token {secret} --wait", file=op.out)
+    print(
+        f"  joinplane join --url {op.client.url} --token {secret} --wait" + (" --tpm" if wants_tpm else ""),
+        file=op.out,
+    )
     return Exit.OK
 
 

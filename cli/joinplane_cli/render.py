@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from typing import Any, TextIO
 
 NONE = "-"
 # States in which an expiry time no longer matters to anyone.
+_HASH = re.compile(r"[0-9a-f]{64}")  # a SHA-256 in hex, as the API writes every hash
 _SETTLED = frozenset({"rejected", "consumed", "revoked", "exhausted", "archived"})
 
 
@@ -102,6 +104,10 @@ def cell(value: Any) -> str:
 
 
 def shorten(text: str, width: int) -> str:
+    # A hash is what an operator copies back (`tpm allow-list remove HASH`, `tpm manufacturers
+    # remove SHA256`): cut, it is useless, so it is shown whole.
+    if _HASH.fullmatch(text):
+        return text
     # ASCII on purpose: a terminal in the C locale must not fail on an ellipsis.
     return text if len(text) <= width else text[: max(width - 3, 1)] + "..."
 

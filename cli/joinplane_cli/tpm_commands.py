@@ -184,10 +184,24 @@ def _pems(path: str, option: str) -> list[str]:
     return found
 
 
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _sha256(value: str, option: str) -> str:
+    # Said here, by the option typed, rather than as the API field's pattern the server answers with.
+    if not _SHA256.fullmatch(value):
+        raise CliError(
+            f"{option}: {value!r} is not a SHA-256 (64 hex digits, whole, "
+            "as `tpm identify` and `list` print it)",
+            Exit.USAGE,
+        )
+    return value
+
+
 def _allow_add(op: admin.Operator, args: argparse.Namespace) -> Exit:
     body: dict[str, Any] = {"siteId": args.site}
     if args.ek_sha256:
-        body["ekPublicKeySha256"] = args.ek_sha256
+        body["ekPublicKeySha256"] = _sha256(args.ek_sha256, "--ek-sha256")
     else:
         pems = _pems(args.certificate, "--certificate")
         if len(pems) != 1:
@@ -219,7 +233,9 @@ def _allow_list(op: admin.Operator, site: str) -> Exit:
 
 
 def _allow_remove(op: admin.Operator, site: str, ek_sha256: str) -> Exit:
-    item, _ = op.call("tpmAllowList/remove", {"siteId": site, "ekPublicKeySha256": ek_sha256})
+    item, _ = op.call(
+        "tpmAllowList/remove", {"siteId": site, "ekPublicKeySha256": _sha256(ek_sha256, "HASH")}
+    )
     return op.show(item, f"Removed EK {ek_sha256} from the allow-list of site {site}.", [])
 
 
@@ -262,7 +278,8 @@ def _makers_list(op: admin.Operator, site: str) -> Exit:
 
 def _makers_remove(op: admin.Operator, site: str, certificate_sha256: str) -> Exit:
     item, _ = op.call(
-        "tpmAllowList/manufacturers/remove", {"siteId": site, "certificateSha256": certificate_sha256}
+        "tpmAllowList/manufacturers/remove",
+        {"siteId": site, "certificateSha256": _sha256(certificate_sha256, "SHA256")},
     )
     return op.show(
         item, f"Removed {item.get('subject', certificate_sha256)} from site {site}'s manufacturers.", []

@@ -4,6 +4,7 @@ process. See `python -m joinplane_local --help`."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -201,7 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError, BotoCoreError, ClientError) as error:
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            # Errno 98 alone does not say which port, nor how to move it.
+            error = OSError(
+                f"port {args.port} on {args.host} is in use (another make run?); "
+                "move this one with PORT=N make run, or --port N"
+            )
+        print(f"joinplane-local: cannot start: {error}", file=sys.stderr)
+        return 1
+    except (ValueError, BotoCoreError, ClientError) as error:
         print(f"joinplane-local: cannot start: {error}", file=sys.stderr)
         return 1
     try:

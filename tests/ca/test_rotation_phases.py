@@ -283,6 +283,18 @@ def test_bad_rotate_and_activate_bodies_are_refused_and_change_nothing(
     assert call(GET, POOL, admin_key).body == before
 
 
+def test_the_active_ca_named_while_another_is_prepared_is_refused(admin_key: str, phases: str) -> None:
+    # Given a prepared rotation
+    active = call(GET, POOL, admin_key).body["active"]["caId"]
+    call(ROTATE, POOL, admin_key)
+    before = call(GET, POOL, admin_key).body
+    # When the operator activates the CA that is already active / Then it is refused, and the
+    # prepared CA is still the one that signs next
+    refused = call(ACTIVATE, {**POOL, "caId": active}, admin_key)
+    assert (refused.status, refused.reason) == (400, "NO_PREPARED_CA")
+    assert call(GET, POOL, admin_key).body == before
+
+
 def test_another_pools_prepared_ca_cannot_be_activated_here(admin_key: str, phases: str) -> None:
     # Given a second pool with a prepared CA
     other = {**TENANT, "poolId": "other"}

@@ -34,6 +34,23 @@ def test_durations_are_taken_in_words_wherever_seconds_are(cli: Cli) -> None:
     assert "is not a duration (seconds, or a number with s, m, h, d or w: 90m, 1h, 1d)" in wrong.err
 
 
+def test_a_token_that_wants_the_tpm_prints_the_join_command_with_tpm(cli: Cli, tmp_path: Path) -> None:
+    # Given a pool
+    pool = cli.new_pool()
+    # When a token that requires the TPM, and one that does not, are created into files
+    wanting = cli.ok(
+        "tokens", "create", "--pool", pool, "--tpm", "require", "--token-out", str(tmp_path / "t1")
+    )
+    plain = cli.ok("tokens", "create", "--pool", pool, "--token-out", str(tmp_path / "t2"))
+    # Then the first says so, and the command it prints for the machine attests with the TPM
+    assert ", TPM require (joins with --tpm)." in wanting.out.splitlines()[0]
+    assert wanting.out.rstrip().endswith(f"--token-file {tmp_path / 't1'} --wait --tpm")
+    assert "TPM" not in plain.out and plain.out.rstrip().endswith("--wait")
+    # And so does the one printed with the secret itself
+    shown = cli.ok("tokens", "create", "--pool", pool, "--tpm", "defer-unlisted")
+    assert shown.out.rstrip().endswith("--wait --tpm")
+
+
 def test_the_tenant_is_the_api_keys_own_when_not_given(cli: Cli) -> None:
     # Given no tenant anywhere
     env = {"JOINPLANE_TENANT": ""}
@@ -194,6 +211,7 @@ def test_the_queue_of_every_pool_the_key_sees_and_a_request_decided_without_its_
     queue = cli.ok("requests", "list", "--all", "-o", "json").json()["requests"]
     table = cli.ok("requests", "list", "--all").out
     shown = cli.ok("requests", "get", requests[0], "-o", "json").json()
+    said = cli.ok("requests", "get", requests[0]).out
     approved = cli.ok("requests", "approve", requests[0], "--ttl", "10m", "-o", "json").json()
     rejected = cli.ok("requests", "reject", requests[1], "--reason", "not ours").out
 
@@ -203,5 +221,7 @@ def test_the_queue_of_every_pool_the_key_sees_and_a_request_decided_without_its_
     )
     assert "POOL" in table.splitlines()[0]
     assert (shown["requestId"], shown["poolId"], shown["state"]) == (requests[0], pools[0], "pending")
+    # And the request's own page gives each reason in words, not only its code
+    assert "deferred because  approval_required (this join token requires an operator's approval)" in said
     assert (approved["state"], approved["poolId"]) == ("approved", pools[0])
     assert f"Rejected {requests[1]}" in rejected and pools[1] in rejected

@@ -88,6 +88,19 @@ def test_a_table_aligns_columns_and_leaves_no_trailing_spaces() -> None:
     assert all(line == line.rstrip() for line in lines)
 
 
+def test_a_hash_is_shown_whole_for_the_command_that_takes_it_back() -> None:
+    # Given a SHA-256 (what `tpm allow-list remove` and `tpm manufacturers remove` take) and a
+    # description as long
+    digest = "49e580bd009ec6dbe68040229ea25f1fcbca40333a22b0dbf911a3f61aa2b3c4"
+    rows = [[digest, "x" * 64]]
+
+    # When
+    text = render.table(["sha256", "description"], rows)
+
+    # Then the hash is whole, the description shortened as before
+    assert text.splitlines()[1] == f"{digest}  {'x' * 57}..."
+
+
 def test_cells_from_the_server_cannot_break_the_line_or_the_terminal() -> None:
     # When
     text = render.table(["host"], [["evil\n\x1b[2Jhost"], [True], [{"b": 1, "a": 2}]])

@@ -258,6 +258,28 @@ def test_a_missing_tpm_is_one_line_and_exit_9(environment: dict[str, str], says:
     assert done.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["allow-list", "add", "--site", "dc1", "--ek-sha256", "26ff97e1...9f32"], "--ek-sha256"),
+        (["allow-list", "remove", "--site", "dc1", "26ff97e1"], "HASH"),
+        (["manufacturers", "remove", "--site", "dc1", "49e580bd" * 7 + "..."], "SHA256"),
+    ],
+    ids=["allow-add", "allow-remove", "manufacturers-remove"],
+)
+def test_a_cut_hash_is_named_by_what_was_typed_and_nothing_is_sent(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a hash cut short, as a table or a document abbreviates it, and a URL nothing answers at
+    # When an operator passes it
+    code = main.main(["tpm", *args, "--url", "http://127.0.0.1:9", "--api-key", "jpk_x", "--tenant", "dev"])
+    # Then it is a usage error naming the option or argument, before any call (no exit 7)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"joinplane: {named}: ") and "is not a SHA-256 (64 hex digits" in err
+    assert err.count("\n") == 1
+
+
 def test_the_agents_systemd_unit_keeps_its_tpm_options(capsys: pytest.CaptureFixture[str]) -> None:
     # Given an agent that attests with the TPM's ECC EK
     # When its systemd unit is printed

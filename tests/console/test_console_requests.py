@@ -30,6 +30,7 @@ from tests.support.csr import openssl_csr
 from tests.support.http import sign_proof
 from tests.support.polling import wait_until
 from tests.support.runtime import Http
+from tests.support.tpm_blobs import SoftManufacturer, SoftTpm, with_answer
 
 # What a real fleet looks like: fully qualified hostnames, descriptive pool ids and token texts.
 POOL = "gpu-rack-1-frankfurt-hall-b"
@@ -145,6 +146,57 @@ def test_a_request_has_its_own_page_and_several_are_approved_at_once(
         "“batch checked against the delivery note”"
     ).wait_for()
     timeline.get_by_text(f"join rejected {hosts[2]} in {POOL}").wait_for()
+
+
+def test_a_tpm_joins_facts_are_shown_in_words(
+    chromium: Any, http: Http, pages: list[Watched], tmp_path: Path
+) -> None:
+    # Given a machine whose TPM activated its EK (certified by a manufacturer) and which waits for
+    # approval
+    pool = new_pool(http, "gpu-rack-1")
+    created = {"tenantId": "dev", "poolId": pool, "requireApproval": True}
+    _, token = http.post("/api/compute/joinTokens/create", created, http.admin)
+    tpm = SoftTpm.make("ecc")
+    certificate = SoftManufacturer.make().ek_certificate(tpm.ek)
+    csr = openssl_csr(tmp_path, "/CN=tpm-node-01")
+    body = {
+        "joinToken": token["token"], "csr": csr, "hostname": "tpm-node-01",
+        "tpm": {"ekCertificatePem": certificate},
+    }  # fmt: skip
+    status, first = http.post("/machines/join", {**body, "tpm": {**body["tpm"], **tpm.presented()}})
+    assert status == 202 and first.get("tpmChallenge"), first
+    payload = json.dumps(with_answer(body, tpm, tpm.answer(first["tpmChallenge"]))).encode()
+    proof = sign_proof(tmp_path / "key.pem", purpose="join", credential=token["token"], body=payload)
+    status, deferred = http.post("/machines/join", None, headers={"joinplane-proof": proof}, raw=payload)
+    assert status == 202, deferred
+    request_id = deferred["joinRequest"]["requestId"]
+    stored = request_of(http, request_id)["machine"]["tpm"]
+    assert stored["activated"] is True and stored["akName"] and stored["ekCertificateIssuer"]
+    # When an operator opens its page
+    page = console(chromium, http.runtime.url + f"/console#/requests/{request_id}", pages)
+    sign_in(page, http.admin)
+    page.get_by_role("heading", level=1, name="tpm-node-01").wait_for()
+    facts = page.locator("#view").inner_text()
+    # Then every TPM fact is labelled in words, none by the API's field name
+    for label, value in (
+        ("TPM endorsement key SHA-256", stored["ekPublicKeySha256"]),
+        ("TPM activated", "true"),
+        ("EK certificate issuer", stored["ekCertificateIssuer"]),
+        ("EK certificate serial", stored["ekCertificateSerial"]),
+        ("TPM attestation key name", stored["akName"]),
+    ):
+        assert f"{label}\n{value}" in facts, label
+    assert not [field for field in stored if field != field.lower() and field in facts], facts
+    # And on a phone, the pool's name at the end of the page's first line stays whole
+    page.set_viewport_size(PHONE)
+    assert broken_words(page, True) == []
+    # (decided, so the other tests' queue does not show it)
+    status, _ = http.post(
+        "/api/compute/joinRequests/reject",
+        {"tenantId": "dev", "requestId": request_id, "reason": "test over"},
+        http.admin,
+    )
+    assert status == 200
 
 
 def test_every_view_full_of_long_real_data_breaks_no_word(

@@ -5,6 +5,7 @@ them or ends with one readable line and an exit code, never a traceback."""
 from __future__ import annotations
 
 import ast
+import socket
 import subprocess
 import sys
 import tomllib
@@ -106,6 +107,33 @@ def test_a_module_without_aws_settings(
     if says is not None:
         last = done.stderr.strip().splitlines()[-1]
         assert says in last and last.startswith(("joinplane-local:", f"python -m {module}:")), done.stderr
+
+
+def test_a_port_in_use_is_named_with_how_to_move(tmp_path: Path) -> None:
+    # Given a port something else listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        # When the local runtime is started on it
+        done = subprocess.run(
+            [sys.executable, "-m", "joinplane_local", "--port", str(port)],
+            cwd=tmp_path,
+            env=bare_environment(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # Then one line names the port and how to move it
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"joinplane-local: cannot start: port {port} on 127.0.0.1 is in use (another make run?); "
+        "move this one with PORT=N make run, or --port N"
+    )
 
 
 @pytest.mark.parametrize(("args", "code", "says"), CLI)

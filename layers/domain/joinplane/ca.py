@@ -613,8 +613,16 @@ def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None)
     wanted = ca_id or (stored.next.ca_id if stored is not None and stored.next is not None else None)
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
-        if stored is not None and wanted is not None and stored.active.ca_id == wanted:
-            return stored  # activated meanwhile, by another call or by its schedule
+        if (
+            stored is not None
+            and wanted is not None
+            and stored.active.ca_id == wanted
+            and (ca_id is None or stored.next is None)
+        ):
+            # Activated meanwhile, by another call or by its schedule. The active CA named while
+            # another is prepared is not that: the operator would be told the pool moved on when
+            # nothing changed.
+            return stored
         if stored is None or stored.next is None or stored.next.ca_id != wanted:
             raise FailedPrecondition(
                 f"pool {pool_id} has no prepared CA"

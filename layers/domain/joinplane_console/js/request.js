@@ -4,6 +4,18 @@ import { clear, h, hostname, words } from "./dom.js";
 import { badge, memory, stamp } from "./format.js";
 import { keyName, keysOf } from "./keys.js";
 
+// The request's TPM facts in words, as the rest of the page is; a field the API adds later still
+// shows, under its own name.
+const TPM_LABELS = {
+  ekPublicKeySha256: "TPM endorsement key SHA-256",
+  activated: "TPM activated",
+  verifiedBy: "TPM trusted by",
+  manufacturer: "TPM manufacturer root",
+  ekCertificateIssuer: "EK certificate issuer",
+  ekCertificateSerial: "EK certificate serial",
+  akName: "TPM attestation key name",
+};
+
 // One join request on a page of its own (#/requests/<requestId>), so a link to it can be pasted
 // into a chat: everything the request carries, and every attestor's verdict.
 export const title = "Join request";
@@ -77,7 +89,7 @@ export function render(context, root, requestId) {
         : null;
       clear(body).append(
         h("div", { class: "heading" }, h("h1", {}, hostname(name)), badge(request.state)),
-        h("p", { class: "lede" }, "Join request ", h("code", { text: request.requestId }), ` to ${place(request)}`),
+        h("p", { class: "lede" }, "Join request ", h("code", { text: request.requestId }), " to ", words(place(request))),
         actions,
         h(
           "section",
@@ -115,7 +127,7 @@ export function render(context, root, requestId) {
             ["MAC addresses", (hw.macAddresses || []).length ? h("ul", { class: "plain" }, hw.macAddresses.map((mac) => h("li", {}, code(mac)))) : null],
             ["Key SHA-256", code(request.csrPublicKeySha256)],
             ["Fingerprint", code(m.fingerprint)],
-            ...Object.entries(tpm).map(([k, v]) => [k === "ekPublicKeySha256" ? "TPM endorsement key SHA-256" : `TPM ${k}`, code(typeof v === "string" ? v : JSON.stringify(v))]),
+            ...Object.entries(tpm).map(([k, v]) => [TPM_LABELS[k] || `TPM ${k}`, code(typeof v === "string" ? v : JSON.stringify(v))]),
           ]),
         ),
       );
