@@ -822,6 +822,23 @@ def machines_list(
     return op.listing(items, next_cursor, "machines", columns, empty)
 
 
+def _tpm_line(tpm: dict[str, Any]) -> str | None:
+    """What the join proved of the machine's TPM (docs/tpm.md), in one line; None without one."""
+    ek = tpm.get("ekPublicKeySha256")
+    if not ek:
+        return None
+    if not tpm.get("activated"):
+        return f"EK {ek}: not activated (counts as no TPM)"
+    how = tpm.get("verifiedBy")
+    if how == "manufacturer" and tpm.get("manufacturer"):
+        how = f"manufacturer {tpm['manufacturer']}"
+    problem = tpm.get("ekCertificateProblem")
+    trusted = f"verified by {how}" if how else "not trusted" + (f": {problem}" if problem else "")
+    issuer = tpm.get("ekCertificateIssuer")
+    certificate = f"; EK certificate of {issuer}, serial {tpm.get('ekCertificateSerial')}" if issuer else ""
+    return f"EK {ek}: activated, {trusted}{certificate}"
+
+
 def machines_get(op: Operator, machine_id: str) -> Exit:
     item, now = op.call("machines/get", {"machineId": machine_id})
     return op.show(
@@ -840,6 +857,7 @@ def machines_get(op: Operator, machine_id: str) -> Exit:
             # What each security event about it names: its key and the serials of its certificates.
             ("key sha256", item.get("publicKeySha256")),
             ("certificates", [_object(c).get("serial") for c in _list(item.get("certificates"))]),
+            ("tpm", _tpm_line(_object(item.get("tpm")))),
             ("joined", f"{item.get('joinedAt')} ({render.since(item.get('joinedAt'), now)})"),
             ("rejoined", _ago(item.get("rejoinedAt"), now)),
             ("renewed", _ago(item.get("lastRenewedAt"), now)),

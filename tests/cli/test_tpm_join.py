@@ -123,6 +123,10 @@ def test_a_machine_whose_ek_is_allow_listed_is_admitted_with_its_tpm_proven(
     assert shown["ekPublicKeySha256"] == ek["ekPublicKeySha256"]
     assert shown["activated"] is True
     assert shown["verifiedBy"] == "allow-list"
+    # And `machines get` says so to a person too
+    machine_id = json.loads((tmp_path / "machine" / "machine.json").read_text())["machineId"]
+    table = cli.ok("machines", "get", machine_id).out
+    assert f"EK {ek['ekPublicKeySha256']}: activated, verified by allow-list" in table
     # And the TPM is left as it was found: nothing loaded
     assert machine_tpm.transient_handles() == []
     assert machine_tpm.sessions() == []

@@ -54,6 +54,9 @@ export function tpmSummary(tpm) {
   if (!tpm.activated) return `${ek}: not activated (counts as no TPM)`;
   const how = tpm.verifiedBy === "manufacturer" ? `manufacturer ${tpm.manufacturer || ""}`.trim() : tpm.verifiedBy;
   const trusted = how ? `verified by ${how}` : `not trusted${tpm.ekCertificateProblem ? `: ${tpm.ekCertificateProblem}` : ""}`;
-  const certificate = tpm.ekCertificateIssuer ? `; EK certificate ${tpm.ekCertificateIssuer} #${tpm.ekCertificateSerial}` : "";
+  // A real EK certificate's serial is often 20 bytes of hex: shown whole on the request's page.
+  const serial = String(tpm.ekCertificateSerial || "");
+  const short = serial.length > 16 ? `${serial.slice(0, 12)}…` : serial;
+  const certificate = tpm.ekCertificateIssuer ? `; EK certificate of ${tpm.ekCertificateIssuer}, serial ${short}` : "";
   return `${ek}: activated, ${trusted}${certificate}`;
 }
