@@ -163,7 +163,10 @@ def test_a_tpm_joins_facts_are_shown_in_words(
         "joinToken": token["token"], "csr": csr, "hostname": "tpm-node-01",
         "tpm": {"ekCertificatePem": certificate},
     }  # fmt: skip
-    status, first = http.post("/machines/join", {**body, "tpm": {**body["tpm"], **tpm.presented()}})
+    # (the challenge is asked for with the key's proof, as the CLI asks for it)
+    asking = json.dumps({**body, "tpm": {**body["tpm"], **tpm.presented()}}).encode()
+    signed = sign_proof(tmp_path / "key.pem", purpose="join", credential=token["token"], body=asking)
+    status, first = http.post("/machines/join", None, headers={"joinplane-proof": signed}, raw=asking)
     assert status == 202 and first.get("tpmChallenge"), first
     payload = json.dumps(with_answer(body, tpm, tpm.answer(first["tpmChallenge"]))).encode()
     proof = sign_proof(tmp_path / "key.pem", purpose="join", credential=token["token"], body=payload)
