@@ -13,7 +13,7 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test checks lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot
 
 setup: $(STAMP) tools
 
@@ -127,14 +127,9 @@ PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 pytest: setup
 	$(BIN)/pytest $(PARALLEL)
 
-# The static checks and the build depend on nothing but setup and not on each other: `make test` runs
-# them side by side (mypy, checkov's own virtualenv and sam build each keep one core busy for a while).
-checks: lint typecheck validate scan build runtime
-
 # Every call a function makes in the tests is checked against its IAM statements (tests/conftest.py);
 # the run also records them, and lists in .iam-record/unused-grants.txt the grants no test used.
-test: setup
-	$(MAKE) --no-print-directory -j4 checks
+test: setup lint typecheck validate scan build runtime
 	rm -rf .iam-record
 	JOINPLANE_IAM_RECORD=.iam-record JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest $(PARALLEL)
 
