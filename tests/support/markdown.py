@@ -28,8 +28,13 @@ _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
 def user_docs(root: Path) -> list[Path]:
-    """README.md, ARCHITECTURE.md and every page under docs/: what a user of a clone reads."""
-    return [root / "README.md", root / "ARCHITECTURE.md", *sorted((root / "docs").glob("*.md"))]
+    """README.md, ARCHITECTURE.md, shared/README.md and every page under docs/: what a clone's user reads."""
+    return [
+        root / "README.md",
+        root / "ARCHITECTURE.md",
+        root / "shared" / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+    ]
 
 
 def _prose_lines(text: str) -> list[tuple[int, str]]:
