@@ -365,8 +365,10 @@ def test_concurrent_rebuilds_never_store_a_lower_crl_number(token: str, tmp_path
     assert number.crl_number == stored.crl_number
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runtime() -> Iterator[Runtime]:
+    # Not module-scoped: a runtime left running imports its functions lazily, and each import sets
+    # that function's environment (the runtime's table) in this process, under the next test's feet.
     with local_runtime() as running:
         yield running
 
