@@ -276,6 +276,10 @@ def start_runtime(
 
         document = load(template_path)
         names = Names(region=region, parameters=dict(parameters or {}))
+        if endpoint_url is not None:
+            # The AWS IAM join's STS is the emulator's: it answers GetCallerIdentity for whatever
+            # credentials signed (and, unlike STS, checks no signature: docs/aws.md).
+            names.parameters.setdefault("StsEndpointUrl", endpoint_url)
         if mode == "aws":
             names.account = clients("sts").get_caller_identity()["Account"]
             if stack_name:

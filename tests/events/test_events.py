@@ -164,3 +164,25 @@ def test_a_machine_joined_with_a_tpm_says_whether_and_how_it_was_verified() -> N
     # And a machine without a TPM has no `tpm` in its event
     plain = events.from_stream_record(record(None, MACHINE))
     assert plain is not None and "tpm" not in plain.detail
+
+
+def test_a_machine_joined_by_the_aws_iam_method_names_its_caller() -> None:
+    # Given a machine an EC2 instance profile's session admitted, and one an IAM user admitted
+    arn = "arn:aws:sts::123456789012:assumed-role/gpu-node-a/i-0123456789abcdef0"
+    profile = {"account": "123456789012", "arn": arn, "userId": "AROAEXAMPLE:i-0123456789abcdef0"}
+    profile["instanceId"] = "i-0123456789abcdef0"
+    user = {"account": "123456789012", "arn": "arn:aws:iam::123456789012:user/ops", "userId": "AIDAEXAMPLE"}
+    details = []
+    for caller in (profile, user):
+        event = events.from_stream_record(record(None, {**MACHINE, "facts": {"aws": caller}}))
+        assert event is not None
+        jsonschema.validate(event.detail, SCHEMAS["security.machine.joined"])
+        details.append(event.detail["aws"])
+    # Then its joined event carries the account and ARN, and the instance when there is one
+    assert details == [
+        {"account": "123456789012", "arn": arn, "instanceId": "i-0123456789abcdef0"},
+        {"account": "123456789012", "arn": "arn:aws:iam::123456789012:user/ops"},
+    ]
+    # And a machine that joined otherwise has no `aws`
+    plain = events.from_stream_record(record(None, MACHINE))
+    assert plain is not None and "aws" not in plain.detail

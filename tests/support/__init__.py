@@ -21,7 +21,7 @@ from .http import Reply, call, join, key_id_of, sign_proof
 from .lambda_context import LambdaContext, http_event
 from .polling import wait_until
 from .races import release_together
-from .servers import serving
+from .servers import recording, serving
 
 __all__ = [
     "ROOT",
@@ -38,6 +38,7 @@ __all__ = [
     "load_function",
     "make_csr",
     "openssl_csr",
+    "recording",
     "release_together",
     "route_handler",
     "serving",

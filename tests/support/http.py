@@ -149,7 +149,9 @@ def join(
     payload = raw if raw is not None else json.dumps(body).encode()
     if signed_by is not None:
         renewing = path.endswith("/renew")
-        credential = (body or {}).get("machineToken" if renewing else "joinToken") or bearer or ""
+        # An AWS IAM join names its token by id, and the proof signs that id.
+        named = ((body or {}).get("awsIam") or {}).get("tokenId")
+        credential = (body or {}).get("machineToken" if renewing else "joinToken") or named or bearer or ""
         proof = sign_proof(
             signed_by, purpose="renew" if renewing else "join", credential=credential, body=payload
         )

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from joinplane import views
-    from joinplane.dal.tokens import JoinToken
+    from joinplane.aws_rules import Caller
+    from joinplane.dal.tokens import AwsRules, JoinToken
 
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
 
@@ -42,6 +43,7 @@ class Facts:
     ek_manufacturer: str = ""  # the listed root the activated EK's certificate chains to
     ek_certificate_problem: str = ""  # why it does not (when the token trusts manufacturers)
     key_bound: bool = True  # the join carries a CSR: its identity is a key
+    aws_caller: Caller | None = None  # who signed an AWS IAM join (STS's answer); None: not one
 
 
 def hardware_ids(facts: Facts) -> list[Vote]:
@@ -105,6 +107,23 @@ def identity(policy: str, facts: Facts) -> list[Vote]:
     return []
 
 
+def aws(rules: AwsRules | None, facts: Facts) -> list[Vote]:
+    """A token with AWS rules admits only the callers they match, and only by the IAM method: its
+    secret, shown once at creation, is not a way around them."""
+    if rules is None:
+        return []
+    from joinplane import aws_rules
+
+    caller = facts.aws_caller
+    if caller is None:
+        message = "this join token admits only machines that prove an AWS IAM identity (join with --aws-iam)"
+        return [Vote("aws", DENY, "aws_iam_required", message)]
+    if not aws_rules.admits(rules, caller):
+        message = f"the AWS caller {caller.arn} (account {caller.account}) matches none of the token's rules"
+        return [Vote("aws", DENY, "aws_caller_not_allowed", message)]
+    return []
+
+
 def token_policy(token: JoinToken) -> list[Vote]:
     votes = []
     if token.pool_id is None:
@@ -128,11 +147,12 @@ def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
         *discovery(policy.discovery, facts),
         *tpm(policy.tpm, facts, trust=policy.tpm_trust or "allow-list"),
         *identity(policy.identity_policy, facts),
+        *aws(policy.aws, facts),
     ]
 
 
 # Every attestor, in `evaluate`'s order: one that cast no vote admitted.
-ATTESTORS = ("token", "hardware-ids", "discovery", "tpm", "identity")
+ATTESTORS = ("token", "hardware-ids", "discovery", "tpm", "identity", "aws")
 
 
 def verdicts(votes: list[Vote]) -> list[tuple[str, str]]:

@@ -62,6 +62,11 @@ PROOF_REPLAYED = "PROOF_REPLAYED"
 # TPM credential activation (docs/tpm.md): one reason for every way an activation answer fails.
 TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
 TPM_ACTIVATION_REQUIRED = "TPM_ACTIVATION_REQUIRED"
+# The AWS IAM join method (docs/aws.md): the signed GetCallerIdentity request a machine sends.
+AWS_REQUEST_INVALID = "AWS_REQUEST_INVALID"
+AWS_BINDING_INVALID = "AWS_BINDING_INVALID"
+AWS_REQUEST_STALE = "AWS_REQUEST_STALE"
+AWS_IDENTITY_REJECTED = "AWS_IDENTITY_REJECTED"
 
 CATALOGUE = frozenset(
     {
@@ -108,6 +113,10 @@ CATALOGUE = frozenset(
         PROOF_REPLAYED,
         TPM_ACTIVATION_FAILED,
         TPM_ACTIVATION_REQUIRED,
+        AWS_REQUEST_INVALID,
+        AWS_BINDING_INVALID,
+        AWS_REQUEST_STALE,
+        AWS_IDENTITY_REJECTED,
     }
 )
 # ErrorInfo's `domain`: the service that names the reasons.

@@ -148,6 +148,7 @@ def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
                 **_credentials(old, new),
                 "decidedBy": "attestors" if not new.request_id else "operator",
                 **_tpm_detail(new.facts),
+                **_aws_detail(new.facts),
             },
         )
     if (
@@ -188,6 +189,18 @@ def _tpm_detail(facts: Mapping[str, Any] | None) -> dict[str, Any]:
             "verifiedBy": tpm.get("verifiedBy"),
         }
     }
+
+
+def _aws_detail(facts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`aws` of a machine's join event, when it joined by the AWS IAM method (docs/aws.md): the
+    account and ARN STS named, and the EC2 instance whose profile signed."""
+    aws = (facts or {}).get("aws") or {}
+    if not aws.get("account"):
+        return {}
+    detail = {"account": aws["account"], "arn": aws["arn"]}
+    if aws.get("instanceId"):
+        detail["instanceId"] = aws["instanceId"]
+    return {"aws": detail}
 
 
 def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:

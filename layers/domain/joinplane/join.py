@@ -211,7 +211,7 @@ def _new_machine(
         machine_token_sha256=credentials.digest(secret),
         token_generation=1,
         schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
-        facts=machines.facts_of(attempt.request)._replace(tpm=tpm),
+        facts=machines.facts_of(attempt.request)._replace(tpm=tpm, aws=join_facts.aws_facts(attempt)),
         worker_image_baseline=baseline,
         claims=tuple(claims),
         certificate_serial=cert.serial or None,
@@ -236,7 +236,7 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote], tpm: Tp
         verdicts=tuple(requests_db.Verdict(name, verdict) for name, verdict in attestors.verdicts(votes)),
         token_description=token.description or None,
         source_ip=_source_ip.get(),
-        machine=machines.facts_of(attempt.request)._replace(tpm=tpm),
+        machine=machines.facts_of(attempt.request)._replace(tpm=tpm, aws=join_facts.aws_facts(attempt)),
         csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
         created_at=clock.rfc3339(now),
         expires_at=clock.rfc3339(expires),
@@ -431,7 +431,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
             certificate_ca_id=cert.ca_id or None,
             # The same key keeps its earlier certificates valid: tracked, so a revocation lists them.
             earlier_certificates=machines.replaced_certificates(machine),
-            facts=machines.facts_of(attempt.request)._replace(tpm=tpm),
+            facts=machines.facts_of(attempt.request)._replace(tpm=tpm, aws=join_facts.aws_facts(attempt)),
             schedulable=join_decide.schedulable(attempt.request.schedulable, attempt.request.preflight),
             worker_image_baseline=baseline,
             claims=tuple(claims),
@@ -562,8 +562,13 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
     from joinplane import ca
 
     request = join_wire.decode_join(body)
-    secret = join_facts.token_secret(request, authorization)
-    token = join_facts.load_token(secret)
+    if request.awsIam is not None:
+        from joinplane import aws_iam
+
+        token, secret = aws_iam.token(request, authorization)  # named by id: docs/aws.md
+    else:
+        secret = join_facts.token_secret(request, authorization)
+        token = join_facts.load_token(secret)
     observe.note(tenantId=token.tenant_id, siteId=token.site_id, poolId=token.pool_id, tokenId=token.token_id)
     csr = ca.parse_csr(request.csr) if request.csr else None
     attempt = Attempt(
@@ -574,6 +579,10 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         join_facts.ek_sha256(request),
         join_facts.verified_proof(proof_header, "join", secret, body, csr),
     )
+    if request.awsIam is not None:
+        from joinplane import aws_iam
+
+        attempt = attempt._replace(aws=aws_iam.verify(request.awsIam, csr, attempt.proof_ms))
     polled: Identity | None = None
     if join_facts.presents_tpm(request):
         challenged = _tpm(attempt)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from joinplane import attestors, credentials, errors, observe, proof
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.machines import Claim, TpmFacts
+from joinplane.dal.machines import AwsFacts, Claim, TpmFacts
 from joinplane.dal.tokens import JoinToken
 from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
@@ -29,6 +29,7 @@ class Attempt(NamedTuple):
     ek_sha256: str
     proof_ms: int | None = None
     tpm: Any = None  # tpm_join.Activated | None; loosely typed: only TPM joins import tpm_join
+    aws: Any = None  # aws_rules.Caller | None: who signed an AWS IAM join, as STS answered
 
     @property
     def tenant(self) -> str:
@@ -164,6 +165,14 @@ def tpm_facts(attempt: Attempt, facts: attestors.Facts) -> TpmFacts:
     )
 
 
+def aws_facts(attempt: Attempt) -> AwsFacts:
+    """What the machine and its join request keep of the AWS caller (docs/aws.md)."""
+    caller = attempt.aws
+    if caller is None:
+        return AwsFacts()
+    return AwsFacts(caller.account, caller.arn, caller.user_id, caller.instance_id)
+
+
 def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:
     from joinplane import hardware
 
@@ -210,6 +219,7 @@ def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
         ek_manufacturer=maker,
         ek_certificate_problem=problem,
         key_bound=attempt.csr is not None,
+        aws_caller=attempt.aws,
     )
 
 

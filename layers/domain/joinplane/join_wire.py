@@ -271,6 +271,30 @@ class Tpm(_Message):
         return value.lower()
 
 
+def _headers(value: Any) -> dict[str, str]:
+    """A map<string, string> of HTTP headers: token names, printable ASCII values (a session
+    token is long, a CR or LF never allowed)."""
+    if not isinstance(value, dict):
+        raise PydanticCustomError("proto", "expected a JSON object of header names and values")
+    if len(value) > 16:
+        raise PydanticCustomError("proto", "more than 16 headers")
+    for name, text in value.items():
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+            raise PydanticCustomError("proto", "{name} is not a header name", {"name": json.dumps(name)[:70]})
+        if not isinstance(text, str) or not re.fullmatch(r"[\x20-\x7e]{0,4096}", text):
+            raise PydanticCustomError("proto", "the value of {name} is not a header value", {"name": name})
+    return dict(value)
+
+
+class AwsIam(_Message):
+    """The AWS IAM join method (docs/aws.md): a join token named by its id (not a secret) and an
+    sts:GetCallerIdentity request the machine signed with its AWS credentials."""
+
+    tokenId: Text = ""
+    headers: Annotated[dict[str, str], PlainValidator(_headers)] = Field(default_factory=dict)
+    body: Text = ""
+
+
 class JoinMachineRequest(_Message):
     """`controlplaneJoinMachineRequest` plus Joinplane's additive fields (csr, hardware, tpm, dryRun)."""
 
@@ -296,6 +320,7 @@ class JoinMachineRequest(_Message):
     csr: Pem = ""
     hardware: Hardware = Field(default_factory=Hardware)
     tpm: Tpm = Field(default_factory=Tpm)
+    awsIam: AwsIam | None = None
     dryRun: Flag = False
 
 

@@ -121,7 +121,7 @@ def facts_view(facts: MachineFacts) -> views.ReportedFacts:
     if facts.hardware.mac_addresses is not None:
         hardware["macAddresses"] = list(facts.hardware.mac_addresses)
     tpm = tpm_view(facts.tpm)
-    return {
+    shown: views.ReportedFacts = {
         "hostname": facts.hostname,
         "os": facts.os,
         "arch": facts.arch,
@@ -131,6 +131,11 @@ def facts_view(facts: MachineFacts) -> views.ReportedFacts:
         "hardware": hardware,
         "tpm": tpm,
     }
+    if facts.aws.account:
+        shown["aws"] = {"account": facts.aws.account, "arn": facts.aws.arn, "userId": facts.aws.user_id}
+        if facts.aws.instance_id:
+            shown["aws"]["instanceId"] = facts.aws.instance_id
+    return shown
 
 
 def view(machine: Machine) -> views.Machine:

@@ -22,6 +22,9 @@ class Settings(NamedTuple):
     spiffe_trust_domain: str = "joinplane.internal"
     # How long the audit trail keeps an event (template parameter AuditRetentionDays).
     audit_retention_days: int = 400
+    # Where the AWS IAM join forwards its signed GetCallerIdentity (template parameter
+    # StsEndpointUrl): "" sends each to the allow-listed STS host it was signed for (joinplane.aws_iam).
+    sts_endpoint_url: str = ""
 
 
 @functools.cache
@@ -33,6 +36,7 @@ def settings() -> Settings:
         kms_stack_tag=os.environ.get("KMS_STACK_TAG", "joinplane-local"),
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
         audit_retention_days=int(os.environ.get("AUDIT_RETENTION_DAYS", "400")),
+        sts_endpoint_url=os.environ.get("STS_ENDPOINT_URL", ""),
     )
 
 

@@ -8,13 +8,13 @@ deferred joins can still be matched to the token they came with.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from joinplane import clock, credentials, errors, ids, pools
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.tokens import AttestationPolicy, JoinToken
+from joinplane.dal.tokens import AttestationPolicy, AwsRules, JoinToken
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
@@ -25,6 +25,26 @@ if TYPE_CHECKING:
 SECRET_PREFIX, ID_PREFIX = tokens_db.SECRET_PREFIX, tokens_db.ID_PREFIX
 TOKEN_ID = rf"^jtok_{ULID}$"
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
+
+
+# An ARN pattern: an ARN's characters, `*` for any run of them (joinplane.aws_rules).
+AWS_ACCOUNT = r"^[0-9]{12}$"
+AWS_ARN_PATTERN = r"^arn:aws[a-z-]*:(sts|iam)::([0-9]{12}|\*):[\x21-\x7e]{1,512}$"
+
+
+class AwsAttestation(BaseModel):
+    """Which AWS callers the IAM join method admits through this token: every list given must
+    match (docs/aws.md)."""
+
+    model_config = STRICT
+    accounts: list[Annotated[str, Field(pattern=AWS_ACCOUNT)]] = Field(default_factory=list, max_length=100)
+    arns: list[Annotated[str, Field(pattern=AWS_ARN_PATTERN)]] = Field(default_factory=list, max_length=100)
+
+    @model_validator(mode="after")
+    def _some_rule(self) -> AwsAttestation:
+        if not self.accounts and not self.arns:
+            raise ValueError("give accounts or arns: an empty rule would admit no one")
+        return self
 
 
 class Attestation(BaseModel):
@@ -41,6 +61,8 @@ class Attestation(BaseModel):
     # `activate`: a machine that joined with an activated TPM must activate the same TPM again to
     # re-join through this token (the TPM is still there, not only the key).
     tpmRejoin: Literal["any", "activate"] = "any"
+    # The AWS IAM join method's rules: set, the token is named by its id and takes only IAM joins.
+    aws: AwsAttestation | None = None
 
 
 class TokenTarget(BaseModel):
@@ -91,6 +113,8 @@ def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
         view["tpmTrust"] = policy.tpm_trust
     if policy.tpm_rejoin is not None:
         view["tpmRejoin"] = policy.tpm_rejoin
+    if policy.aws is not None:
+        view["aws"] = {"accounts": list(policy.aws.accounts), "arns": list(policy.aws.arns)}
     return view
 
 
@@ -150,7 +174,12 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
         uses_remaining=request.maxUses,
         require_approval=request.requireApproval,
         attestation=AttestationPolicy(
-            policy.discovery, policy.tpm, policy.identity, policy.tpmTrust, policy.tpmRejoin
+            policy.discovery,
+            policy.tpm,
+            policy.identity,
+            policy.tpmTrust,
+            policy.tpmRejoin,
+            AwsRules(tuple(policy.aws.accounts), tuple(policy.aws.arns)) if policy.aws else None,
         ),
         created_at=clock.rfc3339(now),
         created_by=principal.key_id,

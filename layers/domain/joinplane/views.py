@@ -151,6 +151,15 @@ class PoolList(TypedDict):
 
 
 @with_config(VIEW)
+class TokenAwsRules(TypedDict):
+    accounts: Annotated[list[str], Field(description="AWS accounts admitted; empty: any account")]
+    arns: Annotated[
+        list[str],
+        Field(description="ARN patterns (`*`: any run of characters) a caller's ARN must match; empty: any"),
+    ]
+
+
+@with_config(VIEW)
 class TokenAttestation(TypedDict):
     discovery: Literal["off", "defer-unknown"]
     tpm: Literal["off", "defer-unlisted", "require"]
@@ -175,6 +184,15 @@ class TokenAttestation(TypedDict):
             Field(
                 description="`activate`: a machine that joined with an activated TPM activates it again "
                 "to re-join. Absent on older tokens: `any`."
+            ),
+        ]
+    ]
+    aws: NotRequired[
+        Annotated[
+            TokenAwsRules,
+            Field(
+                description="The AWS IAM join method's rules (every list given must match); present, the "
+                "token takes only IAM joins, named by its tokenId. Absent: no IAM joins."
             ),
         ]
     ]
@@ -257,6 +275,18 @@ class TpmFacts(TypedDict):
     akName: NotRequired[Annotated[str, Field(description="hex of the AK's TPM name (nameAlg || digest)")]]
 
 
+@with_config(VIEW)
+class AwsCaller(TypedDict):
+    account: Annotated[str, Field(pattern=r"^[0-9]{12}$")]
+    arn: Annotated[str, Field(description="the caller's ARN, as STS's GetCallerIdentity answered it")]
+    userId: str
+    instanceId: NotRequired[
+        Annotated[
+            str, Field(description="the EC2 instance whose instance profile signed (its role session's name)")
+        ]
+    ]
+
+
 class ReportedFacts(TypedDict):
     """What a machine said about itself, as both `Machine` and `RequestedMachine` show it (the one
     builder is machines.facts_view); not a schema of its own."""
@@ -269,6 +299,7 @@ class ReportedFacts(TypedDict):
     gpuCount: int
     hardware: HardwareFacts
     tpm: TpmFacts
+    aws: NotRequired[AwsCaller]
 
 
 @with_config(VIEW)
@@ -302,6 +333,7 @@ class Machine(TypedDict):
     gpuCount: int
     hardware: HardwareFacts
     tpm: TpmFacts
+    aws: NotRequired[Annotated[AwsCaller, Field(description="the AWS caller an IAM join proved")]]
     preflight: list[PreflightResult]
     workerImageBaseline: str | None
     certificateSerial: str | None
@@ -357,6 +389,7 @@ class RequestedMachine(TypedDict):
     gpuCount: int
     hardware: HardwareFacts
     tpm: TpmFacts
+    aws: NotRequired[Annotated[AwsCaller, Field(description="the AWS caller an IAM join proved")]]
 
 
 @with_config(VIEW)

@@ -98,6 +98,25 @@ class TpmFacts(NamedTuple):
         return {name: getattr(self, field) for field, name in _TPM_NAMES if getattr(self, field)}
 
 
+_AWS_NAMES = (("account", "account"), ("arn", "arn"), ("user_id", "userId"), ("instance_id", "instanceId"))
+
+
+class AwsFacts(NamedTuple):
+    """The AWS caller an IAM join proved (docs/aws.md), as STS answered; all "" for other joins."""
+
+    account: str = ""
+    arn: str = ""
+    user_id: str = ""
+    instance_id: str = ""  # the EC2 instance whose profile signed (its role session's name)
+
+    @classmethod
+    def from_item(cls, item: Item) -> AwsFacts:
+        return cls(**{field: item[name] for field, name in _AWS_NAMES if name in item})
+
+    def to_item(self) -> Item:
+        return {name: getattr(self, field) for field, name in _AWS_NAMES if getattr(self, field)}
+
+
 class PreflightCheck(NamedTuple):
     name: str = ""
     ok: bool = False
@@ -137,6 +156,7 @@ class MachineFacts(NamedTuple):
     hardware: HardwareFacts = HardwareFacts()
     tpm: TpmFacts = TpmFacts()
     preflight: tuple[PreflightCheck, ...] = ()
+    aws: AwsFacts = AwsFacts()
 
     @classmethod
     def from_item(cls, item: Item) -> MachineFacts:
@@ -160,6 +180,7 @@ class MachineFacts(NamedTuple):
             hardware=HardwareFacts.from_item(item.get("hardware") or {}),
             tpm=TpmFacts.from_item(item.get("tpm") or {}),
             preflight=tuple(PreflightCheck.from_item(check) for check in item.get("preflight", ())),
+            aws=AwsFacts.from_item(item.get("aws") or {}),
         )
 
     def to_item(self) -> Item:
@@ -183,6 +204,8 @@ class MachineFacts(NamedTuple):
             "hardware": self.hardware.to_item(),
             "tpm": self.tpm.to_item(),
             "preflight": [check.to_item() for check in self.preflight],
+            # Only an IAM join's: the items of every other join stay as they were.
+            **({"aws": self.aws.to_item()} if self.aws.account else {}),
         }
 
 

@@ -24,6 +24,22 @@ RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
 
 
+class AwsRules(NamedTuple):
+    """The AWS callers a token admits by the IAM join method (joinplane.aws_rules matches them)."""
+
+    accounts: tuple[str, ...] = ()
+    arns: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, stored: dict[str, Any] | None) -> AwsRules | None:
+        if not stored:
+            return None
+        return cls(tuple(stored.get("accounts", ())), tuple(stored.get("arns", ())))
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"accounts": list(self.accounts), "arns": list(self.arns)}
+
+
 class AttestationPolicy(NamedTuple):
     """What a token asks of the attestors. `identity` is None on tokens made before the setting
     existed (stored without it, shown without it; read as "any")."""
@@ -34,6 +50,8 @@ class AttestationPolicy(NamedTuple):
     # None on tokens made before the TPM settings existed: read as "allow-list" and "any".
     tpm_trust: Literal["allow-list", "manufacturer"] | None = None
     tpm_rejoin: Literal["any", "activate"] | None = None
+    # None: the token takes no AWS IAM joins (and joins with its secret are not asked for one).
+    aws: AwsRules | None = None
 
     @property
     def identity_policy(self) -> str:
@@ -56,16 +74,19 @@ class AttestationPolicy(NamedTuple):
             identity=stored.get("identity"),
             tpm_trust=stored.get("tpmTrust"),
             tpm_rejoin=stored.get("tpmRejoin"),
+            aws=AwsRules.from_dict(stored.get("aws")),
         )
 
-    def to_dict(self) -> dict[str, str]:
-        stored: dict[str, str] = {"discovery": self.discovery, "tpm": self.tpm}
+    def to_dict(self) -> dict[str, Any]:
+        stored: dict[str, Any] = {"discovery": self.discovery, "tpm": self.tpm}
         if self.identity is not None:
             stored["identity"] = self.identity
         if self.tpm_trust is not None:
             stored["tpmTrust"] = self.tpm_trust
         if self.tpm_rejoin is not None:
             stored["tpmRejoin"] = self.tpm_rejoin
+        if self.aws is not None:
+            stored["aws"] = self.aws.to_dict()
         return stored
 
 

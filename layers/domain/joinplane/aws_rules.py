@@ -1,0 +1,71 @@
+"""The AWS IAM join method's rules (docs/aws.md), as pure functions: which AWS callers a join token
+admits, and what a caller's ARN says about the machine (an EC2 instance profile's session is named
+after the instance).
+
+A token's `attestation.aws` holds an account list and ARN patterns. Every list the token gives must
+match (an empty one does not constrain), so `{"accounts": ["123456789012"], "arns":
+["arn:aws:sts::123456789012:assumed-role/gpu-node-*/*"]}` admits only the gpu-node roles of that
+account: read as "either", the account alone would admit every role of it and the pattern would
+be decoration. In a pattern `*` stands for any run of characters (`/` included) and nothing else
+is special; the match is on the whole ARN, case-sensitive, as STS spells it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import NamedTuple
+
+from joinplane.dal.tokens import AwsRules
+
+ACCOUNT = re.compile(r"[0-9]{12}")
+# What GetCallerIdentity answers: an IAM user, an assumed role's session, the account's root, a
+# federated user, in any partition (aws, aws-cn, aws-us-gov).
+ARN = re.compile(r"arn:aws(?:-[a-z]+)*:(?:sts|iam)::([0-9]{12}):[\x21-\x7e]{1,1000}")
+# EC2 names an instance profile's role session after the instance: i- and 8 or 17 hex digits.
+_INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+
+
+class Caller(NamedTuple):
+    """Who signed the request, as STS answered: the account, the ARN and the user id."""
+
+    account: str
+    arn: str
+    user_id: str
+
+    @property
+    def instance_id(self) -> str:
+        """The EC2 instance whose profile signed, when the session name is an instance id."""
+        return instance_id(self.arn)
+
+
+def session_name(arn: str) -> str:
+    """An assumed role's session name (`arn:...:assumed-role/<role>/<session>`); "" otherwise."""
+    resource = arn.split(":", 5)[-1]
+    kind, _, rest = resource.partition("/")
+    if kind != "assumed-role" or "/" not in rest:
+        return ""
+    return rest.rsplit("/", 1)[1]
+
+
+def instance_id(arn: str) -> str:
+    name = session_name(arn)
+    return name if _INSTANCE_ID.fullmatch(name) else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def arn_matches(pattern: str, arn: str) -> bool:
+    return _pattern(pattern).fullmatch(arn) is not None
+
+
+def admits(rules: AwsRules, caller: Caller) -> bool:
+    """Does the token's rules admit this caller? Every list given must match."""
+    if not rules.accounts and not rules.arns:
+        return False  # a token is never stored so; an empty rule must not mean "anyone"
+    if rules.accounts and caller.account not in rules.accounts:
+        return False
+    return not rules.arns or any(arn_matches(pattern, caller.arn) for pattern in rules.arns)
