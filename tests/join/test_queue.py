@@ -75,6 +75,7 @@ def test_a_request_names_its_token_its_source_and_every_attestors_verdict(
         {"attestor": "discovery", "verdict": "admit"},
         {"attestor": "tpm", "verdict": "admit"},
         {"attestor": "identity", "verdict": "admit"},
+        {"attestor": "aws", "verdict": "admit"},
     ]
 
 
