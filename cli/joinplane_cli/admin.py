@@ -499,6 +499,7 @@ def tokens_create(
     token_out: str | None = None,
     tpm_trust: str | None = None,
     tpm_rejoin: str | None = None,
+    aws: dict[str, list[str]] | None = None,
 ) -> Exit:
     body = _target(pool, site)
     if ttl is not None:
@@ -509,7 +510,9 @@ def tokens_create(
         body["requireApproval"] = True
     chosen = [("discovery", discovery), ("tpm", tpm), ("identity", identity)]
     chosen += [("tpmTrust", tpm_trust), ("tpmRejoin", tpm_rejoin)]
-    attestation = {k: v for k, v in chosen if v}
+    attestation: dict[str, Any] = {k: v for k, v in chosen if v}
+    if aws:
+        attestation["aws"] = aws
     if attestation:
         body["attestation"] = attestation
     if description:
@@ -538,6 +541,15 @@ def tokens_create(
         + ".",
         file=op.out,
     )
+    if aws:
+        # Its secret admits no one (the aws attestor denies a join without a signed request).
+        print("A machine in AWS joins with no secret, by the token's id (docs/aws.md):", file=op.out)
+        print(
+            f"  joinplane join --url {op.client.url} --aws-iam --token-id {item.get('tokenId')} --wait"
+            + (" --tpm" if wants_tpm else ""),
+            file=op.out,
+        )
+        return Exit.OK
     if token_out:
         print(f"The token is in {token_out} (mode 0600; keep it secret). A machine joins with:", file=op.out)
         print(

@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from joinplane_cli import facts as machine_facts
-from joinplane_cli import render, statedir, tpm
+from joinplane_cli import render, skew, statedir, tpm
 from joinplane_cli.api import ApiError, Client, Response, Retry, Unreachable
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.keys import MachineKey, certificate_for, csr_matches, pem_certificates
+
+if TYPE_CHECKING:
+    from joinplane_cli import aws_iam
 
 DEFAULT_RETRY_AFTER = 30.0
 RETRY_AFTER_RANGE = (1.0, 3600.0)  # whatever the server says, ask again within a second to an hour
@@ -44,6 +47,10 @@ DENIAL_EXITS = {
 # The proof of possession's refusals: the machine's key or clock, not its token, is the problem.
 PROOF_REASONS = frozenset(
     {"PROOF_REQUIRED", "PROOF_MALFORMED", "PROOF_STALE", "PROOF_INVALID", "PROOF_REPLAYED"}
+)
+# The AWS IAM join's refusals of the signed request (docs/aws.md).
+AWS_REASONS = frozenset(
+    {"AWS_REQUEST_INVALID", "AWS_BINDING_INVALID", "AWS_REQUEST_STALE", "AWS_IDENTITY_REJECTED"}
 )
 # The server's refusal of a TPM's credential activation (wrong TPM, stale or replayed challenge).
 TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
@@ -186,6 +193,9 @@ class JoinOptions:
     # --tpm: attest with the TPM at TPM2TOOLS_TCTI (credential activation), its EK of `tpm_ek`.
     tpm: bool = False
     tpm_ek: str = "auto"
+    # --aws-iam: join through the token `token_id` with the machine's AWS identity, no secret.
+    aws_iam: bool = False
+    token_id: str = ""
     facts_root: Path = Path("/")
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
@@ -239,6 +249,7 @@ class Agent:
         self.client = Client(options.url, timeout=options.timeout)
         self.tpm: tpm.Tpm | None = None
         self.attestation: tpm.Attestation | None = None
+        self.aws: aws_iam.Signer | None = None
 
     def say(self, text: str = "") -> None:
         if self.o.output != "json":
@@ -278,6 +289,10 @@ class Agent:
 
     def join(self, *, lock_held: bool = False) -> Exit:
         """Join; `lock_held` when the caller (the agent service) already holds DIR's lock."""
+        if self.o.aws_iam and self.aws is None:
+            from joinplane_cli import aws_iam
+
+            self.aws = aws_iam.Signer()
         # With --tpm the EK is attested below; the facts' unproven EK hash would only be noise.
         facts = machine_facts.collect(self.o.facts_root, tpm_ek=not self.o.tpm)
         with self._tpm_attestation():
@@ -370,12 +385,23 @@ class Agent:
         for a throttle, api.Retry). Every call proves fresh possession of the key: a re-join or the
         join that consumes an approval needs it, and the agent cannot know beforehand which one this is."""
         token = self.o.token or ""
+        retry = Retry(attempts=QUICK_RETRIES, sleep=self._sleep_or_stop)
+        if self.aws is not None:
+            # Signed again for every call, retries too: the binding's time must be fresh.
+            signer, token_id = self.aws, self.o.token_id
+
+            def signed() -> dict[str, Any]:
+                identity = signer.sign(key.public_key_sha256(), int(skew.now() * 1000))
+                return {**body, "awsIam": {"tokenId": token_id, **identity}}
+
+            proof = lambda raw: key.proof("join", token_id, raw)  # noqa: E731 - the proof signs the id
+            return self.client.post("/machines/join", signed, proof=proof, retry=retry)
         return self.client.post(
             "/machines/join",
             body,
             bearer=self.o.token,
             proof=lambda raw: key.proof("join", token, raw),
-            retry=Retry(attempts=QUICK_RETRIES, sleep=self._sleep_or_stop),
+            retry=retry,
         )
 
     def _sleep_or_stop(self, seconds: float) -> None:
@@ -440,6 +466,12 @@ class Agent:
                             "This machine joined with its TPM, and the join token requires the same TPM "
                             "again to re-join: run the join with --tpm.",
                             Exit.TPM_REFUSED,
+                        ) from None
+                    if failed.reason in AWS_REASONS:
+                        status.done()
+                        raise CliError(
+                            f"The server refused this machine's AWS identity: {failed.server_message}",
+                            Exit.UNAUTHENTICATED if failed.code == "UNAUTHENTICATED" else Exit.ERROR,
                         ) from None
                     if failed.code == "UNAUTHENTICATED":
                         status.done()

@@ -358,14 +358,15 @@ class Client:
     def post(
         self,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | Callable[[], dict[str, Any]],
         *,
         bearer: str | None = None,
         proof: Callable[[bytes], str] | None = None,
         retry: Retry | None = None,
     ) -> Response:
         """POST JSON; a 2xx answer comes back, anything else raises ApiError or Unreachable.
-        `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too).
+        `proof` signs the exact bytes sent (a fresh Joinplane-Proof on every call, retries too);
+        a callable `body` is made again for every call too (an AWS IAM join signs each afresh).
         With `retry` (or the client's), a transient answer is asked again as it says; the last one
         is raised."""
         retry = retry or self.retry
@@ -379,7 +380,7 @@ class Client:
                 if (
                     proof is not None
                     and not corrected
-                    and failed.reason == "PROOF_STALE"
+                    and failed.reason in ("PROOF_STALE", "AWS_REQUEST_STALE")
                     and skew.may_follow(self.url)
                 ):
                     # One proof signed again on the server's clock, as AWS SDKs correct a skew.
@@ -396,7 +397,7 @@ class Client:
     def _post(
         self,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | Callable[[], dict[str, Any]],
         *,
         bearer: str | None,
         proof: Callable[[bytes], str] | None,
@@ -405,7 +406,7 @@ class Client:
         secret = bearer or self.api_key
         if secret:
             headers["Authorization"] = f"Bearer {secret}"
-        data = json.dumps(body).encode()
+        data = json.dumps(body() if callable(body) else body).encode()
         if proof is not None:
             headers["Joinplane-Proof"] = proof(data)
         request = urllib.request.Request(  # noqa: S310 (the scheme is checked in __init__)

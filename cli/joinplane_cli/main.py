@@ -187,13 +187,30 @@ def _token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def _token_id(args: argparse.Namespace) -> str:
+    """`--aws-iam`'s token, named by its id: a join token's secret is then neither needed nor sent."""
+    if not args.aws_iam:
+        if args.token_id:
+            raise CliError("--token-id names the token of an --aws-iam join; add --aws-iam", Exit.USAGE)
+        return ""
+    if args.token or args.token_file:
+        raise CliError("--aws-iam joins with no secret: give --token-id jtok_..., not --token", Exit.USAGE)
+    token_id = _need(args.token_id, "--token-id", "JOINPLANE_TOKEN_ID", configurable=False)
+    if not token_id.startswith("jtok_"):
+        raise CliError(f"--token-id must be a join token's id, jtok_... (got {token_id[:5]}...)", Exit.USAGE)
+    return token_id
+
+
 def _join(args: argparse.Namespace) -> Exit:
     from joinplane_cli import agent
 
-    token = _token(args)
+    token_id = _token_id(args)
+    token = "" if token_id else _need(_token(args), "--token", "JOINPLANE_TOKEN", configurable=False)
     join_options = agent.JoinOptions(
         url=_need(args.url, "--url", "JOINPLANE_URL"),
-        token=_need(token, "--token", "JOINPLANE_TOKEN", configurable=False),
+        token=token,
+        aws_iam=args.aws_iam,
+        token_id=token_id,
         directory=Path(args.dir).absolute(),
         wait=args.wait,
         dry_run=args.dry_run,
@@ -212,9 +229,12 @@ def _join(args: argparse.Namespace) -> Exit:
 def _agent(args: argparse.Namespace) -> Exit:
     from joinplane_cli import service
 
+    token_id = _token_id(args)
     service_options = service.ServiceOptions(
         url=args.url,
-        token=None if args.print_systemd_unit else _token(args),
+        token=None if args.print_systemd_unit or token_id else _token(args),
+        aws_iam=args.aws_iam,
+        token_id=token_id,
         directory=Path(args.dir).absolute(),
         on_renew=args.on_renew,
         output=args.output,
@@ -279,6 +299,9 @@ def _tokens(args: argparse.Namespace) -> Exit:
         args.token_out,
         args.tpm_trust,
         args.tpm_rejoin,
+        {"accounts": args.aws_account or [], "arns": args.aws_arn or []}
+        if args.aws_account or args.aws_arn
+        else None,
     )
 
 
@@ -394,6 +417,21 @@ class Parents:
     default_directory: str
 
 
+def _aws_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--aws-iam",
+        action="store_true",
+        help="join with this machine's AWS IAM identity instead of a token secret (docs/aws.md; "
+        "needs pip install 'joinplane-cli[aws]')",
+    )
+    parser.add_argument(
+        "--token-id",
+        default=os.environ.get("JOINPLANE_TOKEN_ID"),
+        metavar="jtok_...",
+        help="with --aws-iam: the join token's id, not a secret (env JOINPLANE_TOKEN_ID)",
+    )
+
+
 def _join_command(p: Parents) -> None:
     commands, server, d, default_directory = p.commands, p.server, p.d, p.default_directory
     join = commands.add_parser(
@@ -437,6 +475,7 @@ def _join_command(p: Parents) -> None:
     )
     join.add_argument("--rejoin", action="store_true", help="join again although DIR holds an identity")
     tpm_commands.join_options(join)
+    _aws_options(join)
     join.set_defaults(handler=_join)
 
 
@@ -474,6 +513,7 @@ def _agent_command(p: Parents) -> None:
         help="print a systemd unit running this agent with these options, and exit",
     )
     tpm_commands.join_options(service_mode)
+    _aws_options(service_mode)
     service_mode.set_defaults(handler=_agent)
 
 
@@ -571,6 +611,19 @@ def _tokens_command(p: Parents) -> None:
         "--identity",
         choices=("any", "key"),
         help="key: refuse fingerprint-only joins (every machine must send a CSR)",
+    )
+    create.add_argument(
+        "--aws-account",
+        action="append",
+        metavar="ACCOUNT",
+        help="an AWS IAM join token admitting callers of this account (repeatable; docs/aws.md)",
+    )
+    create.add_argument(
+        "--aws-arn",
+        action="append",
+        metavar="PATTERN",
+        help="... whose ARN matches this pattern, * for any run of characters (repeatable; with "
+        "--aws-account, both must match)",
     )
     create.add_argument("--description", help="a note for people (shown in `tokens list`)")
     create.add_argument(

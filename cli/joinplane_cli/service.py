@@ -119,6 +119,9 @@ class ServiceOptions:
     timeout: float = 30.0
     tpm: bool = False
     tpm_ek: str = "auto"
+    # --aws-iam --token-id: the first join proves the machine's AWS identity, no secret.
+    aws_iam: bool = False
+    token_id: str = ""
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -211,7 +214,7 @@ class Service:
             self._hook("renewed")
 
     def _join(self) -> Exit:
-        if not self.o.url or not self.o.token:
+        if not self.o.url or not (self.o.token or (self.o.aws_iam and self.o.token_id)):
             raise CliError(
                 f"{self.o.directory} holds no identity yet: to join, pass --url and --token "
                 "(or --token-file, or JOINPLANE_URL and JOINPLANE_TOKEN)",
@@ -220,12 +223,14 @@ class Service:
         joining = agent.Agent(
             agent.JoinOptions(
                 url=self.o.url,
-                token=self.o.token,
+                token=self.o.token or "",
                 directory=self.o.directory,
                 wait=True,
                 service=True,
                 tpm=self.o.tpm,
                 tpm_ek=self.o.tpm_ek,
+                aws_iam=self.o.aws_iam,
+                token_id=self.o.token_id,
                 output=self.o.output,
                 timeout=self.o.timeout,
                 out=self.o.out,
@@ -315,10 +320,13 @@ def systemd_unit(
     token_file: str | None,
     on_renew: str | None,
     tpm_ek: str | None = None,
+    aws_token_id: str | None = None,
 ) -> str:
     arguments = [program, "agent", "--dir", str(directory)]
     if tpm_ek is not None:
         arguments += ["--tpm"] + ([] if tpm_ek == "auto" else ["--tpm-ek", tpm_ek])
+    if aws_token_id is not None:
+        arguments += ["--aws-iam", "--token-id", aws_token_id]
     if url:
         arguments += ["--url", url]
     if token_file:
@@ -364,8 +372,9 @@ WantedBy=multi-user.target
 
 def print_unit(options: ServiceOptions, token_file: str | None) -> Exit:
     tpm_ek = options.tpm_ek if options.tpm else None
-    print(
-        systemd_unit(executable(), options.directory, options.url, token_file, options.on_renew, tpm_ek),
-        end="",
+    aws_token_id = options.token_id if options.aws_iam else None
+    unit = systemd_unit(
+        executable(), options.directory, options.url, token_file, options.on_renew, tpm_ek, aws_token_id
     )
+    print(unit, end="")
     return Exit.OK

@@ -1,0 +1,78 @@
+"""`--aws-iam`: the machine's AWS identity in place of a join token's secret (docs/aws.md).
+
+Each join call carries an `sts:GetCallerIdentity` request signed (SigV4) with the machine's AWS
+credentials, found by botocore's standard chain: the environment, the shared config and credentials
+files (profiles, SSO, assume-role), ECS and EKS container credentials (Pod Identity, IRSA's web
+identity) and EC2 instance metadata with IMDSv2. The signed `X-Joinplane-Join-Binding` header
+names the machine key's SubjectPublicKeyInfo hash and the time, so the request is worth nothing
+for another key or later than a few minutes. The request is never sent to AWS from here: the
+server forwards it to STS.
+
+botocore is the optional extra `joinplane-cli[aws]` (machines outside AWS do not carry it), and
+is imported only when `--aws-iam` is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from joinplane_cli.exits import CliError, Exit
+
+BODY = "Action=GetCallerIdentity&Version=2011-06-15"
+BINDING_HEADER = "X-Joinplane-Join-Binding"
+INSTALL = "--aws-iam needs botocore: pip install 'joinplane-cli[aws]'"
+DEFAULT_REGION = "us-east-1"
+
+
+def sts_host(region: str, *, fips: bool = False) -> str:
+    """The regional STS endpoint the request is signed for (the server's allow-list has each)."""
+    if region.startswith("cn-"):
+        return f"sts.{region}.amazonaws.com.cn"
+    return f"sts-fips.{region}.amazonaws.com" if fips else f"sts.{region}.amazonaws.com"
+
+
+class Signer:
+    """The machine's AWS credentials and region, found once; `sign` makes each call's request."""
+
+    def __init__(self) -> None:
+        try:
+            import botocore.session
+        except ImportError:
+            raise CliError(INSTALL, Exit.USAGE) from None
+        session = botocore.session.get_session()
+        credentials = session.get_credentials()
+        if credentials is None:
+            raise CliError(
+                "--aws-iam found no AWS credentials (environment, shared config, container or "
+                "instance metadata): give the machine an instance profile or role",
+                Exit.USAGE,
+            )
+        self._credentials = credentials
+        self.region = session.get_config_variable("region") or DEFAULT_REGION
+        fips = str(session.get_config_variable("use_fips_endpoint") or "").lower() == "true"
+        self.host = sts_host(self.region, fips=fips)
+
+    def sign(self, spki_sha256: str, t_ms: int) -> dict[str, Any]:
+        """`awsIam`'s headers and body, bound to the key `spki_sha256` at `t_ms` (Unix ms)."""
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.exceptions import BotoCoreError
+
+        request = AWSRequest(
+            method="POST",
+            url=f"https://{self.host}/",
+            data=BODY.encode(),
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+                BINDING_HEADER: f"t={t_ms},spki={spki_sha256}",
+            },
+        )
+        try:
+            # Refreshable credentials (instance metadata, containers) are renewed here when due.
+            frozen = self._credentials.get_frozen_credentials()
+            SigV4Auth(frozen, "sts", self.region).add_auth(request)
+        except BotoCoreError as failed:
+            raise CliError(f"--aws-iam could not sign with the machine's AWS credentials: {failed}") from None
+        headers = dict(request.headers.items())
+        headers["Host"] = self.host
+        return {"headers": headers, "body": BODY}

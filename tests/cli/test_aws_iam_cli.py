@@ -1,0 +1,128 @@
+"""`joinplane join --aws-iam --token-id` against the local runtime: a machine with AWS credentials in
+its environment joins with no token secret anywhere, the runtime forwarding its signed
+GetCallerIdentity to the embedded STS (docs/aws.md); and without botocore, the option says what
+to install."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from joinplane_cli import main
+from joinplane_local.runtime import Runtime
+from tests.support.aws_iam import role_credentials
+from tests.support.runtime import Cli
+
+ACCOUNT = "123456789012"
+INSTANCE = "i-0abcdef0123456789"
+
+
+def _machine_env(runtime: Runtime, role: str, account: str = ACCOUNT) -> dict[str, str]:
+    """What a machine of `role` has: its role's credentials, from the environment only."""
+    assert runtime.endpoint_url is not None
+    given = role_credentials(runtime.endpoint_url, f"arn:aws:iam::{account}:role/{role}", INSTANCE)
+    return {
+        "AWS_ACCESS_KEY_ID": given.access_key,
+        "AWS_SECRET_ACCESS_KEY": given.secret_key,
+        "AWS_SESSION_TOKEN": given.token,
+        "AWS_REGION": "eu-west-1",
+        "AWS_CONFIG_FILE": "/nonexistent/aws/config",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws/credentials",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def _api(runtime: Runtime, operation: str, body: dict[str, Any]) -> Any:
+    """An operator call over HTTP, without a CLI process of its own."""
+    request = urllib.request.Request(
+        f"{runtime.url}/api/compute/{operation}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {runtime.admin_key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+@pytest.mark.e2e
+def test_a_machine_with_aws_credentials_joins_with_no_secret(
+    cli: Cli, runtime: Runtime, tmp_path: Path
+) -> None:
+    # Given a pool and a token admitting the account's gpu-node roles, made with the CLI
+    pool = f"p-{uuid.uuid4().hex[:10]}"
+    _api(
+        runtime,
+        "pools/create",
+        {"tenantId": "dev", "poolId": pool, "siteId": "site-cli", "name": pool, "workspaceId": pool},
+    )
+    created = cli.ok(
+        "tokens", "create", "--pool", pool, "--max-uses", "2", "--aws-account", ACCOUNT,
+        "--aws-arn", f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-*/*", "-o", "json",
+    ).json()  # fmt: skip
+    assert created["attestation"]["aws"]["accounts"] == [ACCOUNT]
+    token_id = created["tokenId"]
+    # When a gpu-node machine joins by its id, with its AWS credentials and no secret
+    machine = tmp_path / "gpu"
+    joined = cli.run(
+        "join", "--aws-iam", "--token-id", token_id, "--dir", str(machine), "-o", "json",
+        env=_machine_env(runtime, "gpu-node-a"),
+    )  # fmt: skip
+    # Then it is admitted, and the machine shows who it is in AWS
+    assert joined.code == 0, joined.err + joined.out
+    machine_id = joined.json()["machineId"]
+    shown = _api(runtime, "machines/get", {"tenantId": "dev", "machineId": machine_id})
+    assert shown["aws"]["account"] == ACCOUNT
+    assert shown["aws"]["arn"] == f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE}"
+    assert shown["aws"]["instanceId"] == INSTANCE
+    # And no token secret was written anywhere on the machine
+    assert not any("jpt_" in path.read_text(errors="replace") for path in machine.iterdir() if path.is_file())
+
+
+def test_without_botocore_aws_iam_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given a machine where botocore is not installed
+    for name in [name for name in sys.modules if name == "botocore" or name.startswith("botocore.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "botocore", None)
+    # When it joins with --aws-iam
+    code = main.main(
+        [
+            "join",
+            "--aws-iam",
+            "--token-id",
+            "jtok_" + "0" * 26,
+            "--url",
+            "http://127.0.0.1:9",
+            "--dir",
+            str(tmp_path),
+        ]
+    )
+    # Then it stops with a usage error saying what to install, having sent nothing
+    assert code == 2
+    assert "pip install 'joinplane-cli[aws]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--aws-iam"], "--token-id"),
+        (["--aws-iam", "--token-id", "jtok_x", "--token", "jpt_x"], "no secret"),
+        (["--aws-iam", "--token-id", "jpt_x"], "jtok_"),
+        (["--token-id", "jtok_x", "--token", "jpt_x"], "add --aws-iam"),
+    ],
+)
+def test_aws_iam_options_that_do_not_fit_are_usage_errors(
+    arguments: list[str], said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("JOINPLANE_TOKEN_ID", raising=False)
+    monkeypatch.delenv("JOINPLANE_TOKEN", raising=False)
+    code = main.main(["join", *arguments, "--url", "http://127.0.0.1:9", "--dir", str(tmp_path)])
+    assert code == 2
+    assert said in capsys.readouterr().err
