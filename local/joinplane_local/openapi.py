@@ -711,12 +711,13 @@ def _join_request() -> Schema:
         ),
         "hardware": p({"$ref": "#/components/schemas/joinplaneHardware"}),
         "tpm": p({"$ref": "#/components/schemas/joinplaneTpm"}),
+        "awsIam": p({"$ref": "#/components/schemas/joinplaneAwsIam"}),
         "dryRun": p({"type": "boolean", "description": "Joinplane: evaluate everything, change nothing."}),
     }
     return _object(
         properties,
         "levers9's `controlplaneJoinMachineRequest` plus Joinplane's additive fields (`csr`, "
-        "`hardware`, `tpm`, `dryRun`). Fields may also be named by their proto names (`cpu_count`), "
+        "`hardware`, `tpm`, `awsIam`, `dryRun`). Fields may also be named by their proto names (`cpu_count`), "
         "not both; unknown fields are refused (code 3).",
     )
 
@@ -779,6 +780,25 @@ def _join_schemas() -> dict[str, Schema]:
             "Joinplane: the TPM endorsement key, by hash or by certificate; with `ekPublic` and "
             "`akPublic`, proved by credential activation (docs/tpm.md). An EK not activated counts "
             "as no TPM.",
+        ),
+        "joinplaneAwsIam": _object(
+            {
+                "tokenId": p({"type": "string", "pattern": "^jtok_[0-9a-hjkmnp-tv-z]{26}$"}),
+                "headers": p(
+                    {
+                        "type": "object",
+                        "maxProperties": 16,
+                        "additionalProperties": {"type": "string", "maxLength": 4096},
+                        "description": "the signed request's headers: Authorization (SigV4), Host, "
+                        "X-Amz-Date, X-Joinplane-Join-Binding, and X-Amz-Security-Token and Content-Type "
+                        "when sent; every one but Authorization signed",
+                    }
+                ),
+                "body": p({**_string(), "description": "Action=GetCallerIdentity&Version=2011-06-15"}),
+            },
+            "Joinplane: the AWS IAM join method (docs/aws.md): a token named by its id, and an "
+            "sts:GetCallerIdentity request the machine signed with its AWS credentials, bound to the "
+            "csr's key; sent with a `Joinplane-Proof` header.",
         ),
         "joinplaneTpmActivation": _object(
             {

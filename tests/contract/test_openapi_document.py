@@ -139,7 +139,7 @@ def test_the_join_wire_is_seed_002_plus_our_fields() -> None:
         "gpuCount", "preflight", "schedulable", "executor", "cpuMillicores", "gpuIds",
         "networkSlotPoolSize", "containerStartConcurrency", "workerImage", "capabilities",
     }  # fmt: skip
-    assert set(request) == seed | {"csr", "hardware", "tpm", "dryRun"}
+    assert set(request) == seed | {"csr", "hardware", "tpm", "awsIam", "dryRun"}
     assert valid("controlplaneJoinMachineRequest", {"memoryMb": "524288", "cpuCount": 8, "hostname": None})
     assert not valid("controlplaneJoinMachineRequest", {"cpu_count_typo": 1})
     join = DOCUMENT["paths"]["/machines/join"]["post"]
