@@ -24,7 +24,7 @@ FOUNDATION = {
 # Wire dialects: bytes in, models out; domain errors in, responses out. Never the table.
 DIALECTS = {"http", "operator_api", "join_wire", "clusters.sylve_wire"}
 # Decisions over facts handed to them: no clock, no AWS, no table.
-PURE = {"join_decide", "attestors", "grants", "hardware", "clusters.inventory"}
+PURE = {"join_decide", "attestors", "aws_rules", "grants", "hardware", "clusters.inventory"}
 
 
 @dataclass(frozen=True)
