@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from joinplane import attestors, errors, join_decide
+from joinplane import attestors, aws_rules, errors, join_decide
 from joinplane.attestors import DEFER, DENY, Facts, Vote
 from joinplane.dal.machines import Identity, Machine, MachineFacts, TpmFacts
 from joinplane.dal.pools import Bootstrap, Pool
 from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import AttestationPolicy, JoinToken
+from joinplane.dal.tokens import AttestationPolicy, AwsRules, JoinToken
 from joinplane.errors import Aborted, FailedPrecondition, Internal, PermissionDenied, Unauthenticated
 from joinplane.join_decide import (
     Admit,
@@ -211,6 +211,22 @@ class Row:
     rule: str
     decide: Callable[[], object]
     expected: object  # an outcome to compare, a Refused, or an outcome class
+
+
+INSTANCE = "i-0123456789abcdef0"
+GPU_NODE = aws_rules.Caller(
+    "123456789012", f"arn:aws:sts::123456789012:assumed-role/gpu-node-a/{INSTANCE}", f"AROAEXAMPLE:{INSTANCE}"
+)
+WEB = aws_rules.Caller(
+    "123456789012", "arn:aws:sts::123456789012:assumed-role/web/session-1", "AROAWEB:session-1"
+)
+BY_ACCOUNT = AwsRules(accounts=("123456789012",))
+BY_ARN = AwsRules(arns=("arn:aws:sts::123456789012:assumed-role/gpu-node-*/*",))
+BY_BOTH = BY_ACCOUNT._replace(arns=BY_ARN.arns)
+
+
+def aws_votes(rules: AwsRules | None, caller: aws_rules.Caller | None) -> list[str]:
+    return [vote.code for vote in attestors.aws(rules, Facts(aws_caller=caller))]
 
 
 ROWS = [
@@ -629,6 +645,39 @@ ROWS = [
         "tpmRejoin activate: the same TPM activated again re-joins",
         lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), ACTIVATED, KEY),
         None,
+    ),
+    # --- 6. the aws attestor (docs/aws.md): every list given must match ---
+    Row("aws: a token without rules takes no vote", lambda: aws_votes(None, GPU_NODE), []),
+    Row(
+        "aws: a token with rules denies a join with no signed request",
+        lambda: aws_votes(BY_ACCOUNT, None),
+        ["aws_iam_required"],
+    ),
+    Row("aws: the account admits", lambda: aws_votes(BY_ACCOUNT, GPU_NODE), []),
+    Row(
+        "aws: another account is denied",
+        lambda: aws_votes(BY_ACCOUNT, GPU_NODE._replace(account="111122223333")),
+        ["aws_caller_not_allowed"],
+    ),
+    Row("aws: a matching ARN pattern admits", lambda: aws_votes(BY_ARN, GPU_NODE), []),
+    Row(
+        "aws: the account alone does not pass an ARN rule",
+        lambda: aws_votes(BY_BOTH, WEB),
+        ["aws_caller_not_allowed"],
+    ),
+    Row(
+        "aws: a pattern's * spans slashes, and nothing else is special",
+        lambda: [
+            aws_rules.arn_matches("arn:aws:iam::1?:*", "arn:aws:iam::12:user/a/b"),
+            aws_rules.arn_matches("arn:aws:iam::12:*", "arn:aws:iam::12:user/a/b"),
+        ],
+        [False, True],
+    ),
+    Row("aws: an empty rule admits no one", lambda: aws_rules.admits(AwsRules(), GPU_NODE), False),
+    Row(
+        "aws: an EC2 role session names its instance, any other none",
+        lambda: [GPU_NODE.instance_id, WEB.instance_id],
+        [INSTANCE, ""],
     ),
     Row(
         "dry run, a spent token: a pending request's retry takes no vote",
