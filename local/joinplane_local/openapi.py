@@ -717,8 +717,8 @@ def _join_request() -> Schema:
     return _object(
         properties,
         "levers9's `controlplaneJoinMachineRequest` plus Joinplane's additive fields (`csr`, "
-        "`hardware`, `tpm`, `awsIam`, `dryRun`). Fields may also be named by their proto names (`cpu_count`), "
-        "not both; unknown fields are refused (code 3).",
+        "`hardware`, `tpm`, `awsIam`, `dryRun`). Fields may also be named by their proto names "
+        "(`cpu_count`), not both; unknown fields are refused (code 3).",
     )
 
 
