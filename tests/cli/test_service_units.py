@@ -134,3 +134,20 @@ def test_protect_home_only_when_neither_the_program_nor_its_directory_is_under_a
     unit = service.systemd_unit(program, Path(directory), "https://api.example", None, None)
     assert ("ProtectHome=yes" in unit) is protected
     assert f"ExecStart={program} agent --dir {directory}" in unit
+
+
+def test_an_aws_iam_agents_unit_names_its_token_by_id_and_holds_no_secret() -> None:
+    # Given an agent that joins with its AWS identity, When its unit is printed
+    token_id = "jtok_01j9zzzzzzzzzzzzzzzzzzzzzz"
+    unit = service.systemd_unit(
+        "/usr/local/bin/joinplane",
+        Path("/var/lib/joinplane"),
+        "https://api.example",
+        None,
+        None,
+        None,
+        token_id,
+    )
+    # Then it runs the agent with --aws-iam and the token's id, which is no secret
+    assert f"agent --dir /var/lib/joinplane --aws-iam --token-id {token_id} --url https://api.example" in unit
+    assert "jpt_" not in unit.split("ExecStart=", 1)[1].split("\n", 1)[0]
