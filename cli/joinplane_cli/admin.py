@@ -851,6 +851,14 @@ def _tpm_line(tpm: dict[str, Any]) -> str | None:
     return f"EK {ek}: activated, {trusted}{certificate}"
 
 
+def _aws_line(aws: dict[str, Any]) -> str | None:
+    """Who the machine is in AWS, as its IAM join proved (docs/aws.md); None for other joins."""
+    if not aws.get("arn"):
+        return None
+    instance = f" (instance {aws['instanceId']})" if aws.get("instanceId") else ""
+    return f"{aws['arn']}{instance}"
+
+
 def machines_get(op: Operator, machine_id: str) -> Exit:
     item, now = op.call("machines/get", {"machineId": machine_id})
     return op.show(
@@ -870,6 +878,7 @@ def machines_get(op: Operator, machine_id: str) -> Exit:
             ("key sha256", item.get("publicKeySha256")),
             ("certificates", [_object(c).get("serial") for c in _list(item.get("certificates"))]),
             ("tpm", _tpm_line(_object(item.get("tpm")))),
+            ("aws", _aws_line(_object(item.get("aws")))),
             ("joined", f"{item.get('joinedAt')} ({render.since(item.get('joinedAt'), now)})"),
             ("rejoined", _ago(item.get("rejoinedAt"), now)),
             ("renewed", _ago(item.get("lastRenewedAt"), now)),

@@ -76,10 +76,8 @@ def test_a_machine_with_aws_credentials_joins_with_no_secret(
     # Then it is admitted, and the machine shows who it is in AWS
     assert joined.code == 0, joined.err + joined.out
     machine_id = joined.json()["machineId"]
-    shown = _api(runtime, "machines/get", {"tenantId": "dev", "machineId": machine_id})
-    assert shown["aws"]["account"] == ACCOUNT
-    assert shown["aws"]["arn"] == f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE}"
-    assert shown["aws"]["instanceId"] == INSTANCE
+    shown = cli.ok("machines", "get", machine_id).out
+    assert f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE} (instance {INSTANCE})" in shown
     # And no token secret was written anywhere on the machine
     assert not any("jpt_" in path.read_text(errors="replace") for path in machine.iterdir() if path.is_file())
 
