@@ -112,9 +112,9 @@ def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | Non
     point is under `base_url` (default: the request's)."""
     if csr is None:
         return Certificate()
-    from joinplane import ca
+    from joinplane import machine_certificates
 
-    issued = ca.issue_machine_certificate(
+    issued = machine_certificates.issue_machine_certificate(
         crl_base_url=_base_url.get() if base_url is None else base_url,
         tenant_id=pool.tenant_id,
         site_id=pool.site_id,
@@ -559,13 +559,13 @@ def join_machine(
 
 
 def _join_machine(body: bytes, authorization: str, proof_header: str) -> Response:
-    from joinplane import ca
+    from joinplane import csr_checks
 
     request = join_wire.decode_join(body)
     secret = join_facts.token_secret(request, authorization)
     token = join_facts.load_token(secret)
     observe.note(tenantId=token.tenant_id, siteId=token.site_id, poolId=token.pool_id, tokenId=token.token_id)
-    csr = ca.parse_csr(request.csr) if request.csr else None
+    csr = csr_checks.parse_csr(request.csr) if request.csr else None
     attempt = Attempt(
         request,
         token,
@@ -621,7 +621,7 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
     key changes, of the new one too), and moves the identity's proof mark like a re-join. A machine
     that joined with a fingerprint only has no key and no certificate: it cannot renew into one
     (nothing would tie the new key to the machine but its bearer token)."""
-    from joinplane import ca
+    from joinplane import csr_checks
 
     machine_token, csr_pem = join_wire.decode_renew(body)
     machine = machines.authenticate(machine_token)
@@ -632,7 +632,7 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
         machineId=machine.machine_id,
     )
     _refuse(join_decide.renewable(machine))
-    csr = ca.parse_csr(csr_pem)
+    csr = csr_checks.parse_csr(csr_pem)
     parsed = proof.parse(proof_header)
     if parsed is None:
         raise Unauthenticated(join_decide.PROOF_REQUIRED, reason=errors.PROOF_REQUIRED)
