@@ -100,8 +100,8 @@ def test_the_local_runtime_imports_only_the_domain_modules_it_names(path: Path) 
     strays = sorted(domain_imports(path) - set(MAY_IMPORT))
     # Then each is one the runtime names, with its reason
     assert strays == [], (
-        f"{path.relative_to(ROOT)} imports joinplane.{', joinplane.'.join(strays)}, which the local runtime may "
-        "not import: it emulates AWS around the functions and reaches the domain only where "
+        f"{path.relative_to(ROOT)} imports joinplane.{', joinplane.'.join(strays)}, which the local "
+        "runtime may not import: it emulates AWS around the functions and reaches the domain only where "
         "tests/architecture/test_local_runtime.py's MAY_IMPORT says why. Reach it through a function's "
         "handler or the HTTP API instead, or, if the runtime itself must, add it to MAY_IMPORT with the "
         "reason and say so in ARCHITECTURE.md"
