@@ -5,6 +5,8 @@ Checked on the source (no imports run): every import counts, a function's lazy o
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.metadata
 import re
 import sys
 import tomllib
@@ -56,7 +58,8 @@ def _is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def domain_imports(path: Path) -> set[str]:
+@functools.cache
+def domain_imports(path: Path) -> frozenset[str]:
     """Every module of the domain the file imports, anywhere in it (`from joinplane import pools`
     and `from joinplane.pools import CreatePool` both import `pools`)."""
     found: set[str] = set()
@@ -70,7 +73,7 @@ def domain_imports(path: Path) -> set[str]:
             for alias in node.names:
                 submodule = f"{base}.{alias.name}".lstrip(".")
                 found.add(submodule if _is_module(submodule) else base)
-    return found - {""}
+    return frozenset(found - {""})
 
 
 def third_party_imports(path: Path) -> set[str]:
@@ -146,7 +149,7 @@ def test_the_local_runtime_is_a_package_of_its_own() -> None:
     assert "joinplane_local" not in root["tool"]["setuptools"]["packages"]
 
 
+@functools.cache
 def _distributions() -> dict[str, list[str]]:
-    import importlib.metadata
-
+    """Top-level module -> the distributions installing it (half a second to read: read once)."""
     return dict(importlib.metadata.packages_distributions())
