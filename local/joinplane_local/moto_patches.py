@@ -79,14 +79,16 @@ def _request_atomicity() -> None:
     from moto.dynamodb.models import DynamoDBBackend
 
     for name in _ATOMIC_METHODS:
-        original = getattr(DynamoDBBackend, name)
+        setattr(DynamoDBBackend, name, _atomic(getattr(DynamoDBBackend, name)))
 
-        @functools.wraps(original)
-        def atomic(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
-            with _lock:
-                return __original(*args, **kwargs)
 
-        setattr(DynamoDBBackend, name, atomic)
+def _atomic(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def atomic(*args: Any, **kwargs: Any) -> Any:
+        with _lock:
+            return original(*args, **kwargs)
+
+    return atomic
 
 
 # --- transaction_rollback -------------------------------------------------------------------------
