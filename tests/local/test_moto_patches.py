@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from joinplane import aws
+from joinplane_local import emulator as embedded
 from joinplane_local import moto_patches
 from joinplane_local.emulator import Emulator
 from tests.support.races import release_together
@@ -52,6 +53,16 @@ def test_another_moto_is_refused_with_what_to_do() -> None:
     assert f"moto=={moto_patches.MOTO_VERSION}" in message
     assert all(name in message for name in moto_patches.PATCHES)
     assert "tests/local/test_moto_patches.py" in message
+
+
+def test_the_embedded_emulator_does_not_start_on_a_moto_the_corrections_were_not_written_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given corrections written for a moto other than the installed one
+    monkeypatch.setattr(moto_patches, "MOTO_VERSION", "5.2.4")
+    # When the embedded emulator starts / Then it refuses before serving anything
+    with pytest.raises(moto_patches.MotoVersionMismatch, match=r"moto 5\.2\.5 is installed"):
+        embedded.start()
 
 
 def test_every_correction_has_its_self_test_here() -> None:
