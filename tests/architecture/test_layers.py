@@ -48,7 +48,7 @@ def imports_of(path: Path) -> list[Import]:
                 found.extend(Import(_ours(a.name), (), here) for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module:
                 names = tuple(a.name for a in child.names)
-                if child.module in ("joinplane", "joinplane.dal", "joinplane.clusters"):
+                if child.module in ("joinplane", "joinplane.dal", "joinplane.clusters", "joinplane.contract"):
                     # `from joinplane import pools` imports the module joinplane.pools
                     base = _ours(child.module)
                     found.extend(Import(f"{base}.{n}".lstrip("."), (), here) for n in names)
@@ -155,11 +155,37 @@ def test_decisions_are_pure(name: str) -> None:
 
 
 def test_views_are_for_type_checkers_and_the_openapi_generator_only() -> None:
-    sources = [*MODULES.values(), *FUNCTIONS.rglob("app.py")]
-    for path in sources:
+    sources = [path for name, path in MODULES.items() if not _in_contract(name)]
+    for path in [*sources, *FUNCTIONS.rglob("app.py")]:
         for imported in imports_of(path):
             if imported.module == "views" and path.name != "views.py":
                 assert imported.where == "type-checking", f"{path} imports views at run time"
+
+
+def _in_contract(name: str) -> bool:
+    return name == "contract" or name.startswith("contract.")
+
+
+def test_the_openapi_generator_is_imported_by_nothing_else() -> None:
+    # joinplane.contract writes shared/openapi.json at build time: it imports pydantic's schema
+    # machinery, every request model and every view. Given every module outside it
+    for name in sorted(OURS):
+        if _in_contract(name):
+            continue
+        # Then none imports it, even inside a function or for the type checker
+        strays = [i.module for i in imports_of(MODULES[name]) if _in_contract(i.module)]
+        assert strays == [], f"{name} imports {strays}"
+
+
+@pytest.mark.parametrize("app", sorted(FUNCTIONS.rglob("app.py")), ids=lambda p: p.parent.name)
+def test_no_function_reaches_the_openapi_generator(app: Path) -> None:
+    # Cold start: given everything a function's handler loads, at import or when a route runs
+    reached: set[str] = set()
+    for imported in imports_of(app):
+        if imported.where != "type-checking" and imported.module in OURS:
+            reached |= {imported.module, *import_closure(imported.module)}
+    # Then the generator is not among it
+    assert sorted(m for m in reached if _in_contract(m)) == [], app
 
 
 def test_cryptography_loads_only_with_the_certificate_code() -> None:
