@@ -7,10 +7,12 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from joinplane import routes
+from joinplane.contract.template import add_events, event_lines, event_name
 from joinplane.http import Router
 from joinplane_local.template import load
 from tests.support import ROOT, function_specs, load_function
@@ -33,20 +35,58 @@ def template_routes() -> set[tuple[str, str, str, bool]]:
 def test_the_template_routes_are_exactly_the_table() -> None:
     table = {(r.method, r.path, r.function, r.auth == "api-key") for r in routes.ROUTES}
     template = template_routes()
-    # A route added to the table fails here with the event to paste under its function's Events
-    # (the event's name is free, but it names the function's permission in the stack: keep it).
-    missing = "".join(_event(*route) for route in sorted(table - template))
-    assert template == table, f"template.yaml lacks:\n{missing}and has beyond the table: {template - table}"
+    # A route added to the table fails here until `make routes` writes its event (or it is pasted
+    # from this message under its function's Events).
+    missing = [
+        r for r in routes.ROUTES if (r.method, r.path, r.function, r.auth == "api-key") not in template
+    ]
+    paste = "".join(f"  in {r.function}:\n{''.join(event_lines(r, event_name(r)))}" for r in missing)
+    assert template == table, f"template.yaml lacks:\n{paste}and has beyond the table: {template - table}"
 
 
-def _event(method: str, path: str, function: str, behind_authorizer: bool) -> str:
-    auth = ", Auth: { Authorizer: ApiKeyAuthorizer }" if behind_authorizer else ""
-    return (
-        f"  in {function}'s Events:\n"
-        f"        <Name>:\n"
-        f"          Type: HttpApi\n"
-        f"          Properties: {{ ApiId: !Ref HttpApi, Method: {method}, Path: {path}{auth} }}\n"
-    )
+def _without_event(text: str, path: str) -> str:
+    """The template without the event of `path` (its name, Type and Properties lines)."""
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if f"Path: {path}" in line and "HttpApi" in line)
+    return "".join(lines[: at - 2] + lines[at + 1 :])
+
+
+def test_the_generator_writes_back_the_events_the_template_lacks() -> None:
+    # Given the template without two of the table's events: an operator route's, a public one's
+    original = (ROOT / "template.yaml").read_text()
+    text = _without_event(_without_event(original, "/api/compute/pools/archive"), '"/bundle/{caId}"')
+
+    # When the generator writes the table's events into it
+    written, added, problems = add_events(text)
+
+    # Then each is back under its function, in the template's own form, and nothing else changed
+    assert added == [
+        "PoolsFunction.Archive: POST /api/compute/pools/archive",
+        "CertificateAuthoritiesFunction.Bundle: GET /bundle/{caId}",
+    ]
+    assert problems == []
+    assert written == original
+
+
+def test_a_new_row_gets_its_event_and_a_stray_event_is_named_not_removed(tmp_path: Path) -> None:
+    # Given a table with a new route, and without one the template has
+    new = routes.Route("POST", "/api/compute/pools/destroy", "PoolsFunction", "pools.destroy", "api-key")
+    table = (*(r for r in routes.ROUTES if r.operation != "pools.archive"), new)
+
+    # When the generator writes the table's events into the template
+    written, added, problems = add_events((ROOT / "template.yaml").read_text(), table)
+
+    # Then the new route's event is under its function, behind the authorizer, named after it
+    assert added == ["PoolsFunction.Destroy: POST /api/compute/pools/destroy"]
+    (tmp_path / "template.yaml").write_text(written)
+    events = load(tmp_path / "template.yaml")["Resources"]["PoolsFunction"]["Properties"]["Events"]
+    assert events["Destroy"]["Properties"]["Path"] == "/api/compute/pools/destroy"
+    assert events["Destroy"]["Properties"]["Auth"] == {"Authorizer": "ApiKeyAuthorizer"}
+    # And the event the table lacks stays, named for a person to remove
+    assert "Archive" in events
+    assert problems == [
+        "POST /api/compute/pools/archive: under PoolsFunction in the template, not in the table"
+    ]
 
 
 def test_routes_and_operations_are_unique() -> None:

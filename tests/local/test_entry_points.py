@@ -1,7 +1,7 @@
-"""Every command a user runs (each `python -m joinplane_local...` module, `python -m
-joinplane.contract` and the `joinplane` CLI), on a machine with no AWS region, no AWS credentials
-and no Joinplane URL: each either works without them or ends with one readable line and an exit
-code, never a traceback."""
+"""Every command a user runs (each `python -m joinplane_local...` and `python -m
+joinplane.contract...` module, and the `joinplane` CLI), on a machine with no AWS region, no AWS
+credentials and no Joinplane URL: each either works without them or ends with one readable line and
+an exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ MODULES: dict[str, list[tuple[list[str], int, str | None]]] = {
     ],
     "joinplane_local.deploydoc": [([], 0, None)],
     "joinplane.contract": [([], 0, None)],
+    "joinplane.contract.template": [([], 2, "no template.yaml here")],
 }
 # The operator's commands share one settings path (`requests list` stands for them all); a machine's
 # three commands each have their own.
@@ -71,8 +72,9 @@ def test_every_entry_point_is_covered() -> None:
         if path.name != "__main__.py" and _has_main_guard(path)
     }
     runnable |= {
-        ".".join(("joinplane", *main.parent.relative_to(DOMAIN).parts))
-        for main in DOMAIN.rglob("__main__.py")
+        ".".join(("joinplane", *path.relative_to(DOMAIN).with_suffix("").parts)).removesuffix(".__main__")
+        for path in DOMAIN.rglob("*.py")
+        if path.name == "__main__.py" or _has_main_guard(path)
     }
     scripts = tomllib.loads((ROOT / "cli" / "pyproject.toml").read_text())["project"]["scripts"]
 
