@@ -399,7 +399,7 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     # A CA's certificate revocation list (DER), named by its certificates' CRL distribution point:
-    # verifiers fetch it without credentials. Its answer is hand-written in the OpenAPI generator.
+    # verifiers fetch it without credentials. Its answer is hand-written (joinplane.contract.pki).
     Route(
         "GET", "/crl/{caId}", "CertificateAuthoritiesFunction", "certificateAuthorities.crl", "none",
         summary="A certificate authority's revocation list",
@@ -423,7 +423,7 @@ ROUTES: tuple[Route, ...] = (
         "See docs/pki.md.",
         example={"caId": "ca_01m8nz6smg0chzvz0b58z6hma5"},
     ),
-    # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator,
+    # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written (joinplane.contract.levers9),
     # exactly as the contract has them, since a pydantic schema would not say proto3 JSON (either
     # field name, int64 as a string); a contract test holds them to the answers' TypedDicts
     # (views.JoinMachineResponse, ...).
