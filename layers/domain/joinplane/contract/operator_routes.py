@@ -60,6 +60,14 @@ class Components:
         self.schemas[name] = schema
 
 
+def _tag(route: Route) -> str:
+    """The tag of the route's family, its first segment after /api/compute."""
+    family = route.path.split("/")[3]
+    if family not in TAGS:
+        raise ValueError(f"{route.path}: a new family of routes needs its tag in contract/common.py's TAGS")
+    return TAGS[family][0]
+
+
 def operation(route: Route, components: Components) -> Schema:
     """The route's POST, its schemas added to `components`."""
     assert route.request is not None and route.response is not None, route
@@ -71,7 +79,7 @@ def operation(route: Route, components: Components) -> Schema:
     body_required = bool(request_model.model_json_schema().get("required"))
     return {
         "post": {
-            "tags": [TAGS[route.path.split("/")[3]][0]],
+            "tags": [_tag(route)],
             "summary": route.summary,
             "description": route.description,
             "requestBody": {
