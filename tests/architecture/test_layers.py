@@ -7,6 +7,7 @@ changed, and then ARCHITECTURE.md changes with it.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ class Import:
     where: str  # "module" | "function" | "type-checking"
 
 
+@functools.cache  # every rule reads the same sources
 def imports_of(path: Path) -> list[Import]:
     found: list[Import] = []
 

@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from joinplane import routes
@@ -5,9 +7,14 @@ from joinplane.contract import openapi
 from tests.support import ROOT
 
 
-def test_every_route_of_the_table_is_documented_as_the_table_says() -> None:
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return openapi.document()
+
+
+def test_every_route_of_the_table_is_documented_as_the_table_says(document: dict[str, Any]) -> None:
     # (template.yaml is checked against the same table: tests/api/test_route_table.py)
-    paths = openapi.document()["paths"]
+    paths = document["paths"]
     documented = {
         (method.upper(), path, operation["operationId"], str(operation["security"]))
         for path, methods in paths.items()
@@ -22,15 +29,15 @@ def test_the_committed_document_is_current() -> None:
     assert (ROOT / "shared" / "openapi.json").read_text() == openapi.render()
 
 
-def test_the_document_is_valid_openapi() -> None:
+def test_the_document_is_valid_openapi(document: dict[str, Any]) -> None:
     from openapi_spec_validator import validate
 
-    validate(openapi.document())
+    validate(document)
 
 
-def test_each_operation_speaks_in_the_words_of_its_row() -> None:
+def test_each_operation_speaks_in_the_words_of_its_row(document: dict[str, Any]) -> None:
     # Given the table's rows, each carrying its summary, description and example
-    paths = openapi.document()["paths"]
+    paths = document["paths"]
     for route in routes.API:
         # When the document describes the route
         operation = paths[route.path][route.method.lower()]
