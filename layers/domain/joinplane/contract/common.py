@@ -12,6 +12,8 @@ Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
 
+# The document's tags, by key: an operator route's family (its first segment after /api/compute),
+# then the two contracts' own.
 TAGS = {
     "apiKeys": ("API keys", "Keys for the operator API; each carries grants `PERMISSION@SCOPE`."),
     "pools": ("Pools", "Compute pools: where machines land, and the bootstrap they are handed."),
