@@ -235,6 +235,7 @@ def whoami_tenant(client: Client) -> str:
 
 
 def expiry(state: Any, expires_at: Any, now: float) -> str:
+    """`<time> (<render.expiry's words>)` for one thing shown whole, or none when it has no expiry."""
     words = render.expiry(state, expires_at, now)
     return render.NONE if words == render.NONE else f"{expires_at} ({words})"
 

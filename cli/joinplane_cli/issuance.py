@@ -46,4 +46,5 @@ def checked(body: dict[str, Any], key: MachineKey, problems: list[str]) -> Issue
 
 
 def text(value: Any) -> str:
+    """A string field of an answer or of machine.json, or "" when it holds anything else."""
     return value if isinstance(value, str) else ""
