@@ -13,16 +13,17 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract routes bench clean tools install-cli dist console-screenshot
 
 setup: $(STAMP) tools
 
-# The server (this project, editable) and the `joinplane` command (./cli), which the README's
+# The server (this project, editable), the local runtime (./local, editable: it runs this
+# checkout's template and functions) and the `joinplane` command (./cli), which the README's
 # walk-through runs from .venv/bin, with their pinned dependencies and nothing else.
-$(RUN_STAMP): requirements-run.txt pyproject.toml cli/pyproject.toml
+$(RUN_STAMP): requirements-run.txt pyproject.toml local/pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-run.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./cli
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./local -e ./cli
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) requirements-dev.txt
@@ -122,7 +123,10 @@ runtime: .lambda-runtime/.stamp
 # process (1672 tests, back to back on a loaded machine: 565 s -> 340 s). PARALLEL= runs it in one.
 # --no-loadscope-reorder: xdist would otherwise queue files by test count, largest first, and start
 # the one 200 s agent test (3 tests in its file) minutes in; tests/conftest.py puts the longest first.
-PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+# One worker more than the cores: the agent's renewal test mostly sleeps (200 s of a certificate's
+# lifetime, on the real clock the agent reads), and the extra worker keeps both cores busy meanwhile.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PARALLEL ?= -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 pytest: setup
 	$(BIN)/pytest $(PARALLEL)
@@ -139,6 +143,13 @@ test: setup lint typecheck validate scan build runtime
 JOINPLANE_SCHEMATHESIS_SECONDS ?= 120
 contract: setup tools
 	JOINPLANE_SCHEMATHESIS_SECONDS=$(JOINPLANE_SCHEMATHESIS_SECONDS) $(BIN)/pytest tests/contract
+
+# After adding or changing a row of layers/domain/joinplane/routes.py (or a request model or view):
+# template.yaml gets the HttpApi event of every route it lacks (it names, and leaves, any event the
+# table lacks), and shared/openapi.json is written again.
+routes: $(RUN_STAMP)
+	$(PY) -m joinplane.contract.template template.yaml
+	$(PY) -m joinplane.contract > shared/openapi.json.new && mv shared/openapi.json.new shared/openapi.json
 
 bench: setup build runtime
 	$(PY) -m tests.bench
