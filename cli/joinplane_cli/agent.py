@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from joinplane_cli import facts as machine_facts
-from joinplane_cli import issuance, render, skew, statedir, tpm
+from joinplane_cli import issuance, render, statedir, tpm
 from joinplane_cli.api import ApiError, Client, Response, Retry, Unreachable
 from joinplane_cli.exits import CliError, Exit
 from joinplane_cli.keys import MachineKey, csr_matches
@@ -302,24 +302,16 @@ class Agent:
         """One join call, with the quick retries every client owes a transient failure (more of them
         for a throttle, api.Retry). Every call proves fresh possession of the key: a re-join or the
         join that consumes an approval needs it, and the agent cannot know beforehand which one this is."""
-        token = self.o.token or ""
-        retry = Retry(attempts=QUICK_RETRIES, sleep=self._sleep_or_stop)
-        if self.aws is not None:
-            # Signed again for every call, retries too: the binding's time must be fresh.
-            signer, token_id = self.aws, self.o.token_id
-
-            def signed() -> dict[str, Any]:
-                identity = signer.sign(key.public_key_sha256(), int(skew.now() * 1000))
-                return {**body, "awsIam": {"tokenId": token_id, **identity}}
-
-            proof = lambda raw: key.proof("join", token_id, raw)  # noqa: E731 - the proof signs the id
-            return self.client.post("/machines/join", signed, proof=proof, retry=retry)
+        # An --aws-iam join names its token by id, and signs its AWS request again for every call.
+        token = self.o.token_id if self.aws is not None else self.o.token or ""
         return self.client.post(
             "/machines/join",
-            body,
-            bearer=self.o.token,
+            self.aws.joining(body, self.o.token_id, key.public_key_sha256())
+            if self.aws is not None
+            else body,
+            bearer=self.o.token or None,
             proof=lambda raw: key.proof("join", token, raw),
-            retry=retry,
+            retry=Retry(attempts=QUICK_RETRIES, sleep=self._sleep_or_stop),
         )
 
     def _sleep_or_stop(self, seconds: float) -> None:
@@ -387,10 +379,9 @@ class Agent:
                         ) from None
                     if failed.reason in AWS_REASONS:
                         status.done()
-                        raise CliError(
-                            f"The server refused this machine's AWS identity: {failed.server_message}",
-                            Exit.UNAUTHENTICATED if failed.code == "UNAUTHENTICATED" else Exit.ERROR,
-                        ) from None
+                        why = f"The server refused this machine's AWS identity: {failed.server_message}"
+                        code = Exit.UNAUTHENTICATED if failed.code == "UNAUTHENTICATED" else Exit.ERROR
+                        raise CliError(why, code) from None
                     if failed.code == "UNAUTHENTICATED":
                         status.done()
                         raise CliError(

@@ -14,8 +14,10 @@ is imported only when `--aws-iam` is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from joinplane_cli import skew
 from joinplane_cli.exits import CliError, Exit
 
 BODY = "Action=GetCallerIdentity&Version=2011-06-15"
@@ -76,3 +78,12 @@ class Signer:
         headers = dict(request.headers.items())
         headers["Host"] = self.host
         return {"headers": headers, "body": BODY}
+
+    def joining(self, body: dict[str, Any], token_id: str, spki_sha256: str) -> Callable[[], dict[str, Any]]:
+        """The join's body, made again for each call (retries too): the binding's time must be fresh,
+        on the server's clock as last learnt (joinplane_cli.skew)."""
+
+        def signed() -> dict[str, Any]:
+            return {**body, "awsIam": {"tokenId": token_id, **self.sign(spki_sha256, int(skew.now() * 1000))}}
+
+        return signed
