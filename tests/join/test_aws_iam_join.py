@@ -106,45 +106,37 @@ def test_an_arn_pattern_admits_its_roles_and_denies_the_others_storing_nothing(
     assert dynamo.get(f"JOINID#acme#{spki_sha256(web.csr)}", "JOINID") is None
 
 
-def test_a_caller_of_another_account_is_denied_and_nothing_is_stored(
+def test_a_signed_request_of_another_caller_key_or_time_or_without_proof_is_refused_storing_nothing(
     sts: str, aws_token: Callable[..., dict[str, Any]], machine_factory: Any
 ) -> None:
-    # Given a token of account 123456789012, and a gpu-node role of another account
-    token, machine = aws_token(accounts=(ACCOUNT,)), machine_factory()
-    signed = signed_request(_credentials(sts, account=OTHER_ACCOUNT), spki=spki_sha256(machine.csr))
-    # When it joins
-    denied = join(_body(token, machine, signed), signed_by=machine.key)
-    # Then it is denied, with no use taken and no record
+    token = aws_token(accounts=(ACCOUNT,))
+    # Given a gpu-node role of another account, When it joins, Then it is denied (7)
+    other, machine = _credentials(sts, account=OTHER_ACCOUNT), machine_factory()
+    denied = join(
+        _body(token, machine, signed_request(other, spki=spki_sha256(machine.csr))), signed_by=machine.key
+    )
     assert (denied.status, denied.reason) == (403, "JOIN_DENIED"), denied.body
     _nothing_stored(token, machine)
-
-
-def test_a_signed_request_replayed_with_another_key_is_refused(
-    sts: str, aws_token: Callable[..., dict[str, Any]], machine_factory: Any
-) -> None:
-    # Given a request signed for machine A's key, captured by B
-    token, a, b = aws_token(accounts=(ACCOUNT,)), machine_factory(), machine_factory()
-    signed = signed_request(_credentials(sts), spki=spki_sha256(a.csr))
-    # When B sends it with its own CSR and proof
-    replayed = join(_body(token, b, signed), signed_by=b.key)
-    # Then it is refused (16), and nothing is stored
+    # Given a request signed for machine A's key, When B sends it with its own CSR and proof,
+    # Then it is refused (16)
+    a, b = machine_factory(), machine_factory()
+    replayed = join(
+        _body(token, b, signed_request(_credentials(sts), spki=spki_sha256(a.csr))), signed_by=b.key
+    )
     assert (replayed.status, replayed.reason) == (401, "AWS_BINDING_INVALID"), replayed.body
     _nothing_stored(token, b)
-
-
-def test_a_signed_request_after_the_window_is_refused_with_the_server_time(
-    sts: str, aws_token: Callable[..., dict[str, Any]], machine_factory: Any
-) -> None:
-    # Given a request bound to the key 301 seconds ago
-    token, machine = aws_token(accounts=(ACCOUNT,)), machine_factory()
+    # Given a request bound to the key 301 seconds ago, When it is sent, Then it is refused with
+    # the server's time
     old = int(time.time() * 1000) - 301_000
-    signed = signed_request(_credentials(sts), spki=spki_sha256(machine.csr), t_ms=old)
-    # When it is sent
-    stale = join(_body(token, machine, signed), signed_by=machine.key)
-    # Then it is refused, saying the server's time
+    signed = signed_request(_credentials(sts), spki=spki_sha256(a.csr), t_ms=old)
+    stale = join(_body(token, a, signed), signed_by=a.key)
     assert (stale.status, stale.reason) == (401, "AWS_REQUEST_STALE"), stale.body
     assert int(stale.metadata["serverTime"]) > old
-    _nothing_stored(token, machine)
+    # Given a fresh request for the key, When it is sent without a Joinplane-Proof, Then it is
+    # refused: the binding names a public key, only the proof shows it is held
+    unproved = join(_body(token, a, signed_request(_credentials(sts), spki=spki_sha256(a.csr))))
+    assert (unproved.status, unproved.reason) == (401, "PROOF_REQUIRED"), unproved.body
+    _nothing_stored(token, a)
 
 
 # Each way a signed request differs from the method's shape, and what the refusal names.
@@ -183,24 +175,12 @@ def test_a_signed_request_of_another_shape_is_refused_before_anything_is_sent(
     _nothing_stored(token, machine)
 
 
-def test_the_proof_of_the_key_is_mandatory(
-    sts: str, aws_token: Callable[..., dict[str, Any]], machine_factory: Any
-) -> None:
-    # Given a correctly signed request for the machine's key
-    token, machine = aws_token(accounts=(ACCOUNT,)), machine_factory()
-    signed = signed_request(_credentials(sts), spki=spki_sha256(machine.csr))
-    # When it joins without a Joinplane-Proof
-    unproved = join(_body(token, machine, signed))
-    # Then it is refused: the binding names a public key, only the proof shows it is held
-    assert (unproved.status, unproved.reason) == (401, "PROOF_REQUIRED"), unproved.body
-    _nothing_stored(token, machine)
-
-
-def test_the_token_names_its_method_both_ways(
+def test_the_token_names_its_method_both_ways_and_its_rules_are_checked(
     sts: str,
     make_token: Callable[..., dict[str, Any]],
     aws_token: Callable[..., dict[str, Any]],
     machine_factory: Any,
+    admin_key: str,
 ) -> None:
     # Given a token with AWS rules and one without
     iam, plain, machine = aws_token(accounts=(ACCOUNT,)), make_token(), machine_factory()
@@ -218,6 +198,17 @@ def test_the_token_names_its_method_both_ways(
     both = join({**_body(iam, machine, signed), "joinToken": iam["token"]}, signed_by=machine.key)
     assert (both.status, both.body["code"]) == (400, 3), both.body
     _nothing_stored(iam, machine)
+    for rules in (
+        {},
+        {"accounts": ["12345"]},
+        {"arns": ["not-an-arn"]},
+        {"accounts": [ACCOUNT], "roles": []},
+    ):
+        # Given rules that are empty, malformed or carry an unknown field
+        body = {"tenantId": "acme", "poolId": "gpu", "attestation": {"aws": rules}}
+        # When a token is created with them, Then it is refused
+        made = call("/api/compute/joinTokens/create", body, admin_key)
+        assert made.status == 400, (rules, made.body)
 
 
 def test_the_server_never_contacts_a_host_that_is_not_on_the_list(
@@ -265,19 +256,3 @@ def _redirecting_to(location: str) -> type:
             pass
 
     return Redirect
-
-
-def test_bad_rules_are_refused_when_the_token_is_made(
-    make_token: Callable[..., dict[str, Any]], admin_key: str
-) -> None:
-    for rules in (
-        {},
-        {"accounts": ["12345"]},
-        {"arns": ["not-an-arn"]},
-        {"accounts": [ACCOUNT], "roles": []},
-    ):
-        # Given rules that are empty, malformed or carry an unknown field
-        body = {"tenantId": "acme", "poolId": "gpu", "attestation": {"aws": rules}}
-        # When a token is created with them, Then it is refused
-        made = call("/api/compute/joinTokens/create", body, admin_key)
-        assert made.status == 400, (rules, made.body)
