@@ -171,7 +171,19 @@ def test_a_signed_request_of_another_shape_is_refused_before_anything_is_sent(
         # Then it is a 400 naming what is wrong
         assert (refused.status, refused.reason) == (400, "AWS_REQUEST_INVALID"), refused.body
         assert named in refused.body["message"], refused.body
-    # And nothing is stored
+    # And awsIam fields of the wrong type, size or name are refused by the wire, naming the field
+    aws = {"tokenId": token["tokenId"], **good}
+    for wrong, field in (
+        ({**aws, "region": "us-east-1"}, "unknown field awsIam.region"),
+        ({**aws, "headers": [["Host", "sts.amazonaws.com"]]}, "awsIam.headers"),
+        ({**aws, "headers": {**good["headers"], "X-Amz-Date": "1\r\nX-Evil: 1"}}, "awsIam.headers"),
+        ({**aws, "headers": {f"X-{n}": "v" for n in range(17)}}, "awsIam.headers"),
+        ({**aws, "body": 7}, "awsIam.body"),
+        ({**aws, "tokenId": token["token"]}, "awsIam.tokenId"),
+    ):
+        refused = join({"csr": machine.csr, "awsIam": wrong}, signed_by=machine.key)
+        assert (refused.status, refused.body["code"]) == (400, 3), refused.body
+        assert field in refused.body["message"], refused.body
     _nothing_stored(token, machine)
 
 
