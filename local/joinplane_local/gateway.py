@@ -193,6 +193,7 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     function: str | None = None  # for the request log line
+    route_key: str | None = None  # the template route that answered (API Gateway's routeKey)
 
     @classmethod
     def json(cls, status: int, document: Any) -> Response:
@@ -301,6 +302,8 @@ class Gateway:
         # Seconds a connection may send nothing (read when a connection opens).
         self.read_timeout = read_timeout
         self._local: list[tuple[str, re.Pattern[str], LocalHandler]] = []
+        # Called with each request and its response: `make cost` counts what API Gateway bills.
+        self.request_hooks: list[Callable[[Request, Response], None]] = []
         self._cache: dict[tuple[str, tuple[str, ...]], tuple[float, Any]] = {}
         self._cache_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -370,6 +373,8 @@ class Gateway:
             traceback.print_exc(file=self.log)
             response = _message(500, "Internal Server Error")
         response.headers.append(("apigw-requestid", request_id))
+        for hook in self.request_hooks:
+            hook(request, response)
         return response
 
     def _dispatch(self, request: Request, request_id: str) -> Response:
@@ -408,6 +413,7 @@ class Gateway:
         else:
             response = self._convert(route.function, result)
         response.function = route.function
+        response.route_key = route.route_key
         return response
 
     def _base_event(
