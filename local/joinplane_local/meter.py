@@ -26,7 +26,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -64,6 +64,9 @@ class _Invocation:
     log_bytes: int = 0
     # Seconds the meter itself spent inside the invocation (sizing items): not the function's.
     overhead: float = 0.0
+    # Seconds the function waited on its AWS calls (the emulator's, here: AWS's own latency
+    # differs), so a duration can be read as own code plus waiting.
+    waiting: float = 0.0
 
 
 _current: ContextVar[_Invocation | None] = ContextVar("joinplane_meter_invocation", default=None)
@@ -178,6 +181,7 @@ class Meter:
             _current.reset(token)
             gb_seconds = spec.memory_mb / 1024 * elapsed_ms / 1000
             rate = prices.LAMBDA_GB_SECOND[self.architecture.get(spec.logical_id, "x86_64")]
+            waiting_ms = round(invocation.waiting * 1000)
             invocation.charges.append(
                 Charge(
                     "Lambda",
@@ -186,17 +190,18 @@ class Meter:
                     gb_seconds,
                     "GB-s",
                     prices.LAMBDA_REQUEST + gb_seconds * rate,
+                    {"ms in own code": elapsed_ms - waiting_ms, "ms waiting on AWS calls": waiting_ms},
                 )
             )
             if invocation.log_bytes:
-                invocation.charges.append(self._log_charge(f"{spec.logical_id} log lines", invocation.log_bytes))
+                invocation.charges.append(
+                    self._log_charge(f"{spec.logical_id} log lines", invocation.log_bytes)
+                )
             self._add(invocation.charges, invocation.scheduled)
 
     @staticmethod
     def _log_charge(line: str, size: int) -> Charge:
-        return Charge(
-            "CloudWatch Logs", line, 1, size, "bytes", size / prices.GB * prices.LOGS_INGESTED_GB
-        )
+        return Charge("CloudWatch Logs", line, 1, size, "bytes", size / prices.GB * prices.LOGS_INGESTED_GB)
 
     # --- API Gateway ---
 
@@ -234,7 +239,9 @@ class Meter:
             "authorizer.error": "-",
         }
         assert self._access_log_format is not None
-        return re.sub(r"\$context\.([A-Za-z.]+)", lambda m: values.get(m.group(1), "-"), self._access_log_format)
+        return re.sub(
+            r"\$context\.([A-Za-z.]+)", lambda m: values.get(m.group(1), "-"), self._access_log_format
+        )
 
     # --- AWS calls ---
 
@@ -251,7 +258,9 @@ class Meter:
             return
         started = time.perf_counter()
         context["joinplane_meter"] = (dict(params), self._snapshot(model.name, params))
-        invocation.overhead += time.perf_counter() - started
+        sent = time.perf_counter()
+        invocation.overhead += sent - started
+        context["joinplane_meter_sent"] = sent
 
     def _after(self, parsed: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         invocation = _current.get()
@@ -259,6 +268,7 @@ class Meter:
         if invocation is None or held is None:
             return
         started = time.perf_counter()
+        invocation.waiting += started - context.pop("joinplane_meter_sent", started)
         try:
             self._charge(invocation, parsed, model, held)
         finally:
@@ -284,7 +294,8 @@ class Meter:
     def _events(self, operation: str, params: Mapping[str, Any]) -> Charge:
         entries = params.get("Entries", []) if operation == "PutEvents" else []
         chunks = sum(
-            capacity.event_chunks(capacity.event_entry_size(e), prices.EVENTBRIDGE_CHUNK_BYTES) for e in entries
+            capacity.event_chunks(capacity.event_entry_size(e), prices.EVENTBRIDGE_CHUNK_BYTES)
+            for e in entries
         )
         return Charge("EventBridge", f"{operation}", 1, chunks, "events", chunks * prices.EVENTBRIDGE_EVENT)
 
@@ -312,7 +323,9 @@ class Meter:
         item = self._dynamo_reader().get_item(TableName=table, Key=dict(key), ConsistentRead=True).get("Item")
         return dict(item) if item else None
 
-    def _writes(self, operation: str, params: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any], Any]]:
+    def _writes(
+        self, operation: str, params: Mapping[str, Any]
+    ) -> list[tuple[str, str, dict[str, Any], Any]]:
         """(action, table, key, item put or None) of each item a write names."""
         found: list[tuple[str, str, dict[str, Any], Any]] = []
         if operation in ("PutItem", "UpdateItem", "DeleteItem"):
@@ -358,12 +371,16 @@ class Meter:
             if failed:
                 # Nothing changed (a failed condition, a cancelled transaction): the item as it
                 # stands is paid for, and what a cancelled Put would have written.
-                units = capacity.write_units(capacity.item_size(old), capacity.item_size(put), transactional=transactional)
+                units = capacity.write_units(
+                    capacity.item_size(old), capacity.item_size(put), transactional=transactional
+                )
                 wru += units
                 add(f"{_kind(key)} {action} (refused)", units)
                 continue
             new = self._read(table, key)
-            units = capacity.write_units(capacity.item_size(old), capacity.item_size(new), transactional=transactional)
+            units = capacity.write_units(
+                capacity.item_size(old), capacity.item_size(new), transactional=transactional
+            )
             wru += units
             add(f"{_kind(key)} {action}", units)
             for index, index_units in capacity.index_writes(schema, old, new).items():
@@ -372,7 +389,9 @@ class Meter:
         if operation in ("GetItem", "BatchGetItem", "TransactGetItems"):
             for table, key, consistent, transact in self._reads(operation, params):
                 units = capacity.read_units(
-                    [capacity.item_size(self._read(table, key))], consistent=consistent, transactional=transact
+                    [capacity.item_size(self._read(table, key))],
+                    consistent=consistent,
+                    transactional=transact,
                 )
                 rru += units
                 add(f"{_kind(key)} read", units)
@@ -382,7 +401,7 @@ class Meter:
                 [capacity.item_size(i) for i in items], consistent=bool(params.get("ConsistentRead"))
             )
             rru += units
-            add(f"{params.get('IndexName', 'table')} {len(items)} items", units)
+            add(f"{params.get('IndexName', 'table')} {operation}", units)
         usd = wru * prices.DYNAMODB_WRU + rru * prices.DYNAMODB_RRU
         units, unit = (wru, "WRU") if wru or not rru else (rru, "RRU")
         if wru and rru:
@@ -413,9 +432,15 @@ class Meter:
             if k in params
         }  # fmt: skip
         used = params.get("KeyConditionExpression")
-        names = {k: v for k, v in (params.get("ExpressionAttributeNames") or {}).items() if k in _referenced(used, "#")}
+        names = {
+            k: v
+            for k, v in (params.get("ExpressionAttributeNames") or {}).items()
+            if k in _referenced(used, "#")
+        }
         values = {
-            k: v for k, v in (params.get("ExpressionAttributeValues") or {}).items() if k in _referenced(used, ":")
+            k: v
+            for k, v in (params.get("ExpressionAttributeValues") or {}).items()
+            if k in _referenced(used, ":")
         }
         if names:
             asked["ExpressionAttributeNames"] = names

@@ -8,6 +8,8 @@ every flow costs then; nothing else holds a price.
 from __future__ import annotations
 
 MILLION = 1_000_000
+# When the prices below were read from the pages they cite.
+PRICES_READ = "2026-12-01"
 
 # https://aws.amazon.com/dynamodb/pricing/on-demand/ (on-demand, Standard table class, us-east-1):
 # $0.625 per million write request units, $0.125 per million read request units. A GSI write is
@@ -21,6 +23,8 @@ DYNAMODB_RRU = 0.125 / MILLION
 KMS_REQUEST = 0.03 / 10_000
 KMS_ASYMMETRIC_REQUEST = 0.15 / 10_000
 KMS_ASYMMETRIC_OPERATIONS = frozenset({"Sign", "Verify", "GetPublicKey"})
+# Same page: $1 per customer managed key per month (each pool CA has one).
+KMS_KEY_MONTH = 1.00
 
 # https://aws.amazon.com/eventbridge/pricing/: custom events, $1.00 per million; each 64 KB chunk
 # of an entry is one event. Delivery to a rule's target is not charged.
@@ -41,3 +45,12 @@ APIGATEWAY_INCREMENT_BYTES = 512 * 1024
 # https://aws.amazon.com/cloudwatch/pricing/ (Logs, Standard log class): $0.50 per GB ingested.
 LOGS_INGESTED_GB = 0.50
 GB = 1024**3
+
+# https://aws.amazon.com/cloudwatch/pricing/: $0.10 per standard-resolution alarm metric per
+# month; $3.00 per dashboard per month beyond the account's 3 free ones.
+CLOUDWATCH_ALARM_MONTH = 0.10
+CLOUDWATCH_DASHBOARD_MONTH = 3.00
+
+# https://aws.amazon.com/secrets-manager/pricing/: $0.40 per secret per month (the webhook
+# connection's, which EventBridge keeps in Secrets Manager).
+SECRET_MONTH = 0.40
