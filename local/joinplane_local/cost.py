@@ -379,9 +379,16 @@ def _units(charge: Charge) -> str:
 
 def table(result: Measured) -> str:
     per_million = result.lines.usd * prices.MILLION
+    # Lambda's duration is this machine's (waiting on the emulator, on shared cores); every other
+    # line is exact, so the sum without it is what a change can be compared on from run to run.
+    exact = sum(c.usd for c in result.lines.charges if c.service != "Lambda")
+    invocations = sum(c.calls for c in result.lines.charges if c.service == "Lambda")
+    exact += invocations * prices.LAMBDA_REQUEST
     rows = [
         f"### {result.title} (`{result.key}`): ${per_million:,.2f} per million"
         + (f" ({result.count} retries)" if result.count != 1 else ""),
+        "",
+        f"${exact * prices.MILLION:,.2f} of it exact: everything but the measured Lambda durations.",
         "",
         "| service | line | calls | units | $ per million | where the units go |",
         "|---|---|--:|--:|--:|---|",
