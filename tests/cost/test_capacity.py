@@ -124,7 +124,7 @@ def test_an_eventbridge_entry_is_metered_by_64_kb_chunk() -> None:
     assert capacity.event_chunks(64 * KB + 1, prices.EVENTBRIDGE_CHUNK_BYTES) == 2
 
 
-def test_prices_per_million_match_the_issue_floor() -> None:
+def test_the_list_prices_per_million() -> None:
     # The floors the cost goals are set against: API Gateway and EventBridge $1, a KMS ECC Sign $15,
     # a WRU $0.625, per million
     assert pytest.approx(1.0) == prices.APIGATEWAY_HTTP_REQUEST * prices.MILLION
