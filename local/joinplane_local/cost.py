@@ -214,10 +214,9 @@ class Flows:
 
     def rejoin(self) -> Callable[[], int]:
         machine = self._admitted()
-        # A re-join comes long after the admission (a reinstall): moments after it, the same key
-        # asking again is the admission's own retry, answered again without a new generation.
+        # A re-join comes long after the admission (a reinstall), when the fleet's other joins
+        # meanwhile have kept the container's pool and CA fresh.
         self._advance(3600)
-        # The fleet's other joins meanwhile keep the container's pool and CA fresh.
         self._admitted()
         return lambda: _expect(machine.join(self.open_token), 200)
 
