@@ -483,7 +483,7 @@ def grant_hint(function: str, request: Request) -> str:
     if request.action.lower() == "kms:schedulekeydeletion" and function != "RetentionFunction":
         return (
             "do not grant it: only the retention job deletes KMS keys (docs/pki.md); record the key "
-            "as abandoned instead (joinplane.ca.schedule_key_deletion)"
+            "as abandoned instead (joinplane.ca_keys.schedule_key_deletion)"
         )
     lines = [
         f"add to {function}'s Policies in template.yaml (or widen its statement for this kind of item):",

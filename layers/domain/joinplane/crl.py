@@ -11,8 +11,8 @@ Query of a small partition) and signs only when needed. Each build is one kms:Si
 is the stored one + 1, written only if the stored one is still what the build read, so the number
 never goes backwards.
 
-Like the rest of the certificate code but ca.py, it loads `cryptography` (through joinplane.ca) only
-when a CRL is checked or built.
+Unlike the certificate code the functions issue with (joinplane.ca and its siblings), it loads
+`cryptography` (through joinplane.ca and joinplane.ca_keys) only when a CRL is checked or built.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
 
-    from joinplane import ca
+    from joinplane import ca, ca_keys
 
     certificate = x509.load_pem_x509_certificate(authority.certificate_pem.encode())
     public_key = certificate.public_key()
@@ -131,8 +131,8 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
                 x509.CRLReason(x509.ReasonFlags.superseded), critical=False
             )
         builder = builder.add_revoked_certificate(revoked_certificate.build())
-    tbs = builder.sign(ca.throwaway_key(), hashes.SHA256()).tbs_certlist_bytes
-    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, ca.kms_sign_tbs(authority.key_id, tbs))
+    tbs = builder.sign(ca_keys.throwaway_key(), hashes.SHA256()).tbs_certlist_bytes
+    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, ca_keys.kms_sign_tbs(authority.key_id, tbs))
     try:
         crl = x509.load_der_x509_crl(signed)
         valid = crl.is_signature_valid(public_key)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from typing import Any
 
 from joinplane import aws, clock, observe
 from joinplane.dal import authorities as authorities_db
+from joinplane.dal import ca_retention
 from joinplane.dal import requests as requests_db
 
 
@@ -54,14 +55,14 @@ def expire_retired_authorities(max_items: int = 100) -> int:
     expired = 0
     start: dict[str, Any] | None = None
     while expired < max_items:
-        page = authorities_db.retired_due(now, limit=min(100, max_items - expired), start=start)
+        page = ca_retention.retired_due(now, limit=min(100, max_items - expired), start=start)
         for due in page.authorities:
             pointer = authorities_db.get_pointer(due.tenant_id, due.pool_id)
             if pointer is None or due.bundle_until is None or due.bundle_until > now:
                 continue
             _schedule_key_deletion(due.key_id)
             try:
-                authorities_db.expire(pointer, due, clock.rfc3339(now))
+                ca_retention.expire(pointer, due, clock.rfc3339(now))
             except authorities_db.Contended:
                 continue  # changed meanwhile (a rotation, another run): the next run looks again
             expired += 1
@@ -96,7 +97,7 @@ def delete_abandoned_keys(max_items: int = 100) -> int:
     deleted = 0
     start: dict[str, Any] | None = None
     while deleted < max_items:
-        page = authorities_db.abandoned_keys(
+        page = ca_retention.abandoned_keys(
             before_epoch=before, limit=min(100, max_items - deleted), start=start
         )
         for key_id in page.key_ids:
@@ -104,7 +105,7 @@ def delete_abandoned_keys(max_items: int = 100) -> int:
                 _schedule_key_deletion(key_id)
                 deleted += 1
                 observe.log("INFO", "an abandoned CA key was scheduled for deletion", keyId=key_id)
-            authorities_db.forget_abandoned_key(key_id)
+            ca_retention.forget_abandoned_key(key_id)
         if page.next is None:
             break
         start = page.next

@@ -40,7 +40,8 @@ next CA, at the version read and still naming that next CA), an emergency rotati
 active -> retired + pointer at the version read, with no next CA), an import
 (pending -> prepared + the slot deleted + the pointer naming it next at the version read, with no
 next CA; or pending -> active + the pointer created), an expiry (retired -> expired + pointer at
-the version read, dropping the CA from the bundle).
+the version read, dropping the CA from the bundle: joinplane.dal.ca_retention, with the keys no CA
+uses).
 """
 
 from __future__ import annotations
@@ -243,19 +244,6 @@ def read(tenant_id: str, pool_id: str) -> Authorities | None:
 
 def _due_key(bundle_until: int, ca_id: str) -> str:
     return f"{bundle_until:012d}#{ca_id}"
-
-
-class DuePage(NamedTuple):
-    authorities: list[CertificateAuthority]
-    next: Item | None
-
-
-def retired_due(now_epoch: int, *, limit: int = 100, start: Item | None = None) -> DuePage:
-    """Retired CAs whose bundleUntil has passed (gsi2: eventually consistent; `expire` checks)."""
-    page = dynamo.query(
-        pk=RETIRED_PARTITION, index="gsi2", sk_below=f"{now_epoch + 1:012d}", limit=limit, start_after=start
-    )
-    return DuePage([CertificateAuthority.from_item(item) for item in page.items], page.last_key)
 
 
 def get_pointer(tenant_id: str, pool_id: str) -> Pointer | None:
@@ -571,90 +559,3 @@ def activate_pending(
 
 class PoolNotActive(Exception):
     """The pool was archived (or removed): its CA is not rotated."""
-
-
-def expire(pointer: Pointer, ca: CertificateAuthority, at: str) -> None:
-    """A retired CA whose certificates have all expired leaves the bundle: retired -> expired and the
-    pointer's bundle without it, at the version read. Contended when either changed meanwhile."""
-    try:
-        dynamo.transact(
-            [
-                dynamo.Write(
-                    "Update",
-                    *ca_key(ca.ca_id),
-                    update="SET #state = :expired, expiredAt = :at REMOVE gsi2pk, gsi2sk",
-                    condition="#state = :retired",
-                    names={"#state": "state"},
-                    values={":expired": "expired", ":retired": "retired", ":at": at},
-                    name="ca",
-                ),
-                dynamo.Write(
-                    "Update",
-                    *pointer_key(pointer.tenant_id, pointer.pool_id),
-                    update="SET bundle = :bundle, version = :next",
-                    condition="version = :version",
-                    values={
-                        ":bundle": [ca_id for ca_id in pointer.bundle if ca_id != ca.ca_id],
-                        ":next": pointer.version + 1,
-                        ":version": pointer.version,
-                    },
-                    name="pointer",
-                ),
-            ],
-            conflict_retries=0,
-        )
-    except dynamo.TransactionCanceled:
-        raise Contended() from None
-
-
-# --- Keys no CA uses, for the retention job to delete ---------------------------------------------
-#
-# `ABANDONEDKEY#<keyId>` / `KEY`: keyId, abandonedAt (epoch seconds); gsi2
-# `ABANDONEDKEYS` / `<abandonedAt>#<keyId>`. A function that made a KMS key no CA will use (a lost
-# first-CA race, a failed rotation, a CSR replaced by a newer one) records it here rather than
-# deleting it: kms:ScheduleKeyDeletion belongs to the retention job alone, never to a function
-# reachable without an API key. The record is only a request: the job deletes a key only if its
-# tags say it is this stack's and names a CA that is absent or abandoned (docs/pki.md), so a forged
-# record can delete no key in use. Not a stream prefix (no security event): the job logs each deletion.
-ABANDONED_KEY_PREFIX = "ABANDONEDKEY#"
-ABANDONED_PARTITION = "ABANDONEDKEYS"
-
-
-def abandoned_key_key(key_id: str) -> tuple[str, str]:
-    return f"{ABANDONED_KEY_PREFIX}{key_id}", "KEY"
-
-
-def abandon_key(key_id: str, *, at_epoch: int) -> None:
-    """Record a key no CA will use (idempotent: a second record of one key replaces the first)."""
-    pk, sk = abandoned_key_key(key_id)
-    dynamo.put(
-        {
-            "pk": pk,
-            "sk": sk,
-            "keyId": key_id,
-            "abandonedAt": at_epoch,
-            "gsi2pk": ABANDONED_PARTITION,
-            "gsi2sk": f"{at_epoch:012d}#{key_id}",
-        }
-    )
-
-
-class AbandonedPage(NamedTuple):
-    key_ids: list[str]
-    next: Item | None
-
-
-def abandoned_keys(*, before_epoch: int, limit: int = 100, start: Item | None = None) -> AbandonedPage:
-    """Keys recorded as abandoned at or before `before_epoch`, oldest first (gsi2: eventually consistent)."""
-    page = dynamo.query(
-        pk=ABANDONED_PARTITION,
-        index="gsi2",
-        sk_below=f"{before_epoch + 1:012d}",
-        limit=limit,
-        start_after=start,
-    )
-    return AbandonedPage([str(item["keyId"]) for item in page.items], page.last_key)
-
-
-def forget_abandoned_key(key_id: str) -> None:
-    dynamo.transact([dynamo.Write("Delete", *abandoned_key_key(key_id), name="abandoned")])
