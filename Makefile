@@ -13,16 +13,17 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot cost
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract routes bench clean tools install-cli dist console-screenshot cost
 
 setup: $(STAMP) tools
 
-# The server (this project, editable) and the `joinplane` command (./cli), which the README's
+# The server (this project, editable), the local runtime (./local, editable: it runs this
+# checkout's template and functions) and the `joinplane` command (./cli), which the README's
 # walk-through runs from .venv/bin, with their pinned dependencies and nothing else.
-$(RUN_STAMP): requirements-run.txt pyproject.toml cli/pyproject.toml
+$(RUN_STAMP): requirements-run.txt pyproject.toml local/pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-run.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./cli
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./local -e ./cli
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) requirements-dev.txt
@@ -147,6 +148,13 @@ test: setup lint typecheck validate scan build runtime
 JOINPLANE_SCHEMATHESIS_SECONDS ?= 120
 contract: setup tools
 	JOINPLANE_SCHEMATHESIS_SECONDS=$(JOINPLANE_SCHEMATHESIS_SECONDS) $(BIN)/pytest tests/contract
+
+# After adding or changing a row of layers/domain/joinplane/routes.py (or a request model or view):
+# template.yaml gets the HttpApi event of every route it lacks (it names, and leaves, any event the
+# table lacks), and shared/openapi.json is written again.
+routes: $(RUN_STAMP)
+	$(PY) -m joinplane.contract.template template.yaml
+	$(PY) -m joinplane.contract > shared/openapi.json.new && mv shared/openapi.json.new shared/openapi.json
 
 bench: setup build runtime
 	$(PY) -m tests.bench

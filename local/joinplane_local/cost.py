@@ -19,11 +19,14 @@ the Lambda lines are an estimate where every other line is exact.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import io
 import json
 import statistics
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -33,6 +36,11 @@ from typing import Any
 from . import prices
 from .meter import Charge, Meter
 from .runtime import Runtime, start_runtime
+
+# The `joinplane` agent's waiting (joinplane_cli.agent): the server's retryAfterSeconds, or 30 s
+# when it sends none, each pause up to 25% longer so that machines deferred together spread out.
+AGENT_RETRY_SECONDS = 30.0
+AGENT_JITTER = 0.25
 
 # The signing modes the template offers; each gets its key in the JSON line. Only KMS per
 # certificate exists today.
@@ -91,60 +99,112 @@ class Lines:
         return sum(c.usd for c in self.charges)
 
 
+@dataclass
+class Answer:
+    status: int
+    body: Any
+
+
+def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> Answer:
+    """One JSON POST, its answer whatever the status."""
+    request = urllib.request.Request(  # noqa: S310 (the runtime's own http:// URL)
+        url, json.dumps(body).encode(), {"content-type": "application/json", **headers}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            return Answer(answer.status, json.loads(answer.read() or b"null"))
+    except urllib.error.HTTPError as failed:
+        with failed:
+            return Answer(failed.code, json.loads(failed.read() or b"null"))
+
+
+class ServerClock:
+    """The server's time as the machines read it: the local clock moves it forward, and a machine
+    waiting for real would see its own clock move the same (its proofs must stay fresh)."""
+
+    offset = 0.0
+    _last_ms = 0
+
+    @classmethod
+    def proof_ms(cls) -> int:
+        cls._last_ms = max(int((time.time() + cls.offset) * 1000), cls._last_ms + 1)
+        return cls._last_ms
+
+
 class Machine:
-    """A machine as the agent is one: its key, and the agent's client towards the API."""
+    """A machine as docs/join.md describes a client: an ECDSA P-256 key, a CSR of it, a proof of
+    possession on every call, and the facts the `joinplane` agent reports."""
 
     made = 0
 
     def __init__(self, url: str) -> None:
-        from joinplane_cli.api import Client
-        from joinplane_cli.keys import MachineKey
+        from cryptography.hazmat.primitives.asymmetric import ec
 
         Machine.made += 1
+        self.url = url
         self.facts = facts(Machine.made)
-        self.key = MachineKey.generate()
-        self.client = Client(url)
+        self.key = ec.generate_private_key(ec.SECP256R1())
         self.machine_token: str | None = None
 
-    def join(self, token: str) -> Any:
-        body = {**self.facts, "csr": self.key.csr(self.facts["hostname"])}
-        response = self.client.post(
-            "/machines/join",
-            body,
-            bearer=token,
-            proof=lambda raw: self.key.proof("join", token, raw),
-        )
-        if response.status == 200:
-            self.machine_token = str(response.body["machineToken"])
-        return response
+    def csr(self) -> str:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import NameOID
 
-    def renew(self) -> Any:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.facts["hostname"])])
+        request = x509.CertificateSigningRequestBuilder().subject_name(name).sign(self.key, hashes.SHA256())
+        return request.public_bytes(serialization.Encoding.PEM).decode()
+
+    def proof(self, purpose: str, credential: str, raw: bytes) -> str:
+        """The `Joinplane-Proof` header for exactly these bytes (docs/join.md, "Proof of possession")."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        t = ServerClock.proof_ms()
+        message = (
+            f"joinplane-proof-v1\n{purpose}\n{t}\n{hashlib.sha256(credential.encode()).hexdigest()}\n"
+            f"{hashlib.sha256(raw).hexdigest()}\n"
+        ).encode()
+        return f"t={t},sig={base64.b64encode(self.key.sign(message, ec.ECDSA(hashes.SHA256()))).decode()}"
+
+    def _send(
+        self, path: str, purpose: str, credential: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> Answer:
+        raw = json.dumps(body).encode()
+        return post(
+            self.url + path, body, {**headers, "joinplane-proof": self.proof(purpose, credential, raw)}
+        )
+
+    def join(self, token: str) -> Answer:
+        body = {**self.facts, "csr": self.csr()}
+        answer = self._send("/machines/join", "join", token, body, {"authorization": f"Bearer {token}"})
+        if answer.status == 200:
+            self.machine_token = str(answer.body["machineToken"])
+        return answer
+
+    def renew(self) -> Answer:
         assert self.machine_token is not None
         token = self.machine_token
-        return self.client.post(
-            "/machines/renew",
-            {"machineToken": token, "csr": self.key.csr(self.facts["hostname"])},
-            proof=lambda raw: self.key.proof("renew", token, raw),
-        )
+        return self._send("/machines/renew", "renew", token, {"machineToken": token, "csr": self.csr()}, {})
 
 
 class Flows:
     """The flows, each in two steps: what comes before it (not measured) and the flow itself."""
 
     def __init__(self, runtime: Runtime) -> None:
-        from joinplane_cli.api import Client
-
         assert runtime.admin_key is not None and runtime.dev is not None
         self.runtime = runtime
         self.url = runtime.url
-        self.operator = Client(runtime.url, api_key=runtime.admin_key)
         self.tenant, self.pool = runtime.dev.tenant, runtime.dev.pool
         self.open_token = self._token(requireApproval=False)
         self.approval_token = self._token(requireApproval=True)
         self.clusters = 0
 
     def _admin(self, path: str, body: dict[str, Any]) -> Any:
-        return self.operator.post(path, body, bearer=self.runtime.admin_key).body
+        answer = post(self.url + path, body, {"authorization": f"Bearer {self.runtime.admin_key}"})
+        if answer.status != 200:
+            raise SystemExit(f"make cost: {path} answered HTTP {answer.status}: {answer.body}")
+        return answer.body
 
     def _token(self, **options: Any) -> str:
         body = {"tenantId": self.tenant, "poolId": self.pool, "maxUses": 10_000, **options}
@@ -247,56 +307,38 @@ class Flows:
                 "digest": built.digest,
             },
         }
-        raw = json.dumps(body).encode()
-        headers = {"content-type": "application/json", "x-cluster-key": key}
 
         def flow() -> int:
-            # A Sylve node's request (it sends its cluster key as a header, which the agent's
-            # client does not).
-            request = urllib.request.Request(  # noqa: S310 (the runtime's own http:// URL)
-                self.url + "/cluster/accept-join", raw, headers, method="POST"
-            )
-            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-                if answer.status != 200:
-                    raise SystemExit(f"make cost: accept-join answered HTTP {answer.status}")
-            return 1
+            # A Sylve node's request: its cluster key as a header.
+            return _expect(post(self.url + "/cluster/accept-join", body, {"x-cluster-key": key}), 200)
 
         return flow
 
     def hour_of_waiting(self) -> Callable[[], int]:
-        """The retries of a machine waiting an hour for approval, at the agent's cadence: the
-        server's `retryAfterSeconds`, each pause drawn up to JITTER longer (its mean taken)."""
-        from joinplane_cli import agent, skew
-
+        """The retries of a machine waiting an hour for approval, at the `joinplane` agent's
+        cadence: the server's `retryAfterSeconds` (the agent's own 30 s when it sends none), each
+        pause drawn up to JITTER longer (its mean taken)."""
         machine = self._deferred()
 
         def flow() -> int:
             waited, retries = 0.0, 0
-            interval = agent.retry_after(None)
+            interval = AGENT_RETRY_SECONDS
             while waited + interval <= 3600:
                 self._advance(interval)
                 waited += interval
                 response = machine.join(self.approval_token)
                 retries += _expect(response, 202)
-                interval = agent.retry_after(response.body.get("retryAfterSeconds")) * (1 + agent.JITTER / 2)
+                asked = response.body.get("retryAfterSeconds") or AGENT_RETRY_SECONDS
+                interval = float(asked) * (1 + AGENT_JITTER / 2)
                 _settle(self.runtime)  # each retry's stream records reach the publisher on their own
-            skew.forget()
             return retries
 
         return flow
 
     def _advance(self, seconds: float) -> None:
-        """Time passes for the server and, as for a real machine, for the agent's clock too."""
-        from joinplane_cli import skew
-
-        sent = time.time()
-        answer = self._admin_local({"advanceSeconds": seconds})
-        skew.learn(sent + float(answer["offsetSeconds"]), sent, sent, err=io.StringIO())
-
-    def _admin_local(self, body: dict[str, Any]) -> Any:
-        from joinplane_cli.api import Client
-
-        return Client(self.url).post("/_local/clock", body).body
+        """Time passes for the server and, as for a real machine, for its clock too."""
+        answer = post(self.url + "/_local/clock", {"advanceSeconds": seconds}, {})
+        ServerClock.offset = float(answer.body["offsetSeconds"])
 
 
 def _settle(runtime: Runtime) -> None:

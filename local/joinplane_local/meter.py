@@ -36,7 +36,7 @@ from joinplane import aws
 
 from . import capacity, prices
 from .functions import FunctionSpec
-from .gateway import Request, Response
+from .http_server import Request, Response
 
 METERED_SERVICES = ("dynamodb", "kms", "eventbridge")
 

@@ -2,7 +2,7 @@
 
 The domain builds its answers as plain dicts (`pools.view`, `tokens.view`, ...: cheap at cold
 start) and annotates those functions to return these TypedDicts, so mypy checks every answer's
-keys against the same types the OpenAPI generator (joinplane_local.openapi) turns into the
+keys against the same types the OpenAPI generator (joinplane.contract) turns into the
 response schemas, and the schemathesis contract test checks every answer the local runtime gives
 against those schemas. A key added to an answer and not here is a type error.
 
@@ -602,7 +602,7 @@ class ClusterGuestList(TypedDict):
 
 # --- machine join and renewal (levers9's JoinMachine) ------------------------------------------
 #
-# grpc-gateway JSON, so these are not pydantic schemas: joinplane_local.openapi writes theirs by hand,
+# grpc-gateway JSON, so these are not pydantic schemas: joinplane.contract.levers9 writes theirs by hand,
 # exactly as the contract has them, and tests/contract/test_openapi_document.py holds the two to
 # the same field names.
 
