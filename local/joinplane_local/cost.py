@@ -1,8 +1,8 @@
 """`make cost`: what each flow of a machine's life costs at AWS list prices, measured.
 
 Each flow runs against the local runtime (the template's functions in this process, moto behind
-them) as a machine and an operator would run it: the machine through the `joinplane` agent's own
-client code (its key, CSR, proof of possession, the facts the agent sends), the operator through
+them) as a machine and an operator would run it: the machine as docs/join.md describes a client (its
+key, CSR, proof of possession) sending the facts the `joinplane` agent sends, the operator through
 the HTTP API. Every AWS call the flow causes, in every function it sets off (the HTTP functions,
 the authorizer, the stream's event publisher, the audit consumer), every invocation with its
 measured duration, every API request and every log byte is recorded by `joinplane_local.meter`
@@ -13,7 +13,7 @@ million flows a cold start is rare), then `--repeat` times; the run of median co
 Durations are this machine's, on this machine's cores: Lambda's 1024 MB is about 0.6 vCPU, so
 the Lambda lines are an estimate where every other line is exact.
 
-    python -m joinplane_local.cost [--repeat N] [--json-only]
+    python -m joinplane_local.cost [--repeat N] [--flow KEY ...]
 """
 
 from __future__ import annotations
