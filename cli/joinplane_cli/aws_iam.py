@@ -14,6 +14,7 @@ is imported only when `--aws-iam` is used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,9 @@ class Signer:
                 Exit.USAGE,
             )
         self._credentials = credentials
-        self.region = session.get_config_variable("region") or DEFAULT_REGION
+        # AWS_REGION first, as Lambda, ECS and EKS set it and the other SDKs read it (botocore reads
+        # only AWS_DEFAULT_REGION and the shared config).
+        self.region = os.environ.get("AWS_REGION") or session.get_config_variable("region") or DEFAULT_REGION
         fips = str(session.get_config_variable("use_fips_endpoint") or "").lower() == "true"
         self.host = sts_host(self.region, fips=fips)
 

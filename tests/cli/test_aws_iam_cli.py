@@ -5,8 +5,10 @@ to install."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import sys
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from joinplane_cli import main
+from joinplane import errors, join_wire
+from joinplane_cli import main, skew
 from joinplane_local.runtime import Runtime
+from tests.support import serving
 from tests.support.aws_iam import role_credentials
 from tests.support.runtime import Cli
 
@@ -80,6 +84,57 @@ def test_a_machine_with_aws_credentials_joins_with_no_secret(
     assert f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE} (instance {INSTANCE})" in shown
     # And no token secret was written anywhere on the machine
     assert not any("jpt_" in path.read_text(errors="replace") for path in machine.iterdir() if path.is_file())
+
+
+def test_a_stale_binding_is_signed_again_once_on_the_servers_clock(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given AWS credentials in the environment, and a server ten minutes ahead of this machine
+    # that refuses the first signed request as stale (then denies, to end the join)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_REGION": "eu-west-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    ahead = int(time.time() * 1000) + 600_000
+    bodies: list[dict[str, Any]] = []
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            if len(bodies) == 1:
+                error = errors.Unauthenticated(
+                    "stale", reason=errors.AWS_REQUEST_STALE, metadata={"serverTime": str(ahead)}
+                )
+            else:
+                error = errors.PermissionDenied("denied", reason=errors.JOIN_DENIED)
+            answer = join_wire.render_error(error)
+            self.send_response(answer["statusCode"])
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer["body"])))
+            self.end_headers()
+            self.wfile.write(answer["body"].encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    skew.forget()
+    try:
+        with serving(Server) as url:
+            # When the machine joins with --aws-iam
+            code = main.main(
+                ["join", "--aws-iam", "--token-id", "jtok_" + "0" * 26, "--url", url, "--dir", str(tmp_path)]
+            )
+    finally:
+        skew.forget()
+    # Then it signed a new request once, bound to the server's time, and went on to the answer
+    assert code == 6, capsys.readouterr().err
+    times = [int(b["awsIam"]["headers"]["X-Joinplane-Join-Binding"].split(",")[0][2:]) for b in bodies]
+    assert len(times) == 2 and times[1] >= ahead > times[0]
+    assert bodies[0]["awsIam"]["headers"]["Host"] == "sts.eu-west-1.amazonaws.com"
 
 
 def test_without_botocore_aws_iam_says_what_to_install(
