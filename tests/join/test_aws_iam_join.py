@@ -251,6 +251,18 @@ def test_the_server_never_contacts_a_host_that_is_not_on_the_list(
         # Then the redirect is not followed: the join is unavailable, nothing stored
         assert (unavailable.status, unavailable.body["code"]) == (503, 14), unavailable.body
         assert elsewhere.connections == 0
+
+        # Given the configured STS is that server, and the invocation has too little time left to
+        # wait for it and still commit
+        monkeypatch.setenv("STS_ENDPOINT_URL", f"http://{elsewhere.address}")
+        container.reset(keep_clients=True)
+        # When a well-formed request is sent
+        late = join(_body(token, machine, allowed), signed_by=machine.key, remaining_millis=1_050)
+        monkeypatch.delenv("STS_ENDPOINT_URL")
+        container.reset(keep_clients=True)
+        # Then it is out of time before anything is sent
+        assert (late.status, late.reason) == (503, "OUT_OF_TIME"), late.body
+        assert elsewhere.connections == 0
     _nothing_stored(token, machine)
 
 

@@ -139,12 +139,14 @@ def join(
     signed_by: Path | None = None,
     proof: str | None = None,
     source_ip: str = "127.0.0.1",
+    remaining_millis: int = 10_000,
 ) -> Reply:
     """POST /machines/join (or /machines/renew) as API Gateway would deliver it: no authorizer,
     from `source_ip`.
 
     `signed_by` (a machine's key file) adds a fresh Joinplane-Proof for exactly this request;
-    `proof` sends a given header value as it is (a replay)."""
+    `proof` sends a given header value as it is (a replay); `remaining_millis` is the time the
+    invocation has left."""
     headers = {"authorization": f"Bearer {bearer}"} if bearer is not None else {}
     payload = raw if raw is not None else json.dumps(body).encode()
     if signed_by is not None:
@@ -157,5 +159,6 @@ def join(
         )
     if proof is not None:
         headers["joinplane-proof"] = proof
-    result = route_handler(path)(http_event(path, payload, headers, source_ip=source_ip), LambdaContext())
+    event = http_event(path, payload, headers, source_ip=source_ip)
+    result = route_handler(path)(event, LambdaContext(remaining_millis=remaining_millis))
     return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)

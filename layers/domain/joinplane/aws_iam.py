@@ -33,7 +33,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from joinplane import clock, errors, observe, proof, settings
+from joinplane import clock, deadline, errors, observe, proof, settings
 from joinplane.aws_rules import ACCOUNT, ARN, Caller
 from joinplane.errors import InvalidArgument, Unauthenticated, Unavailable
 
@@ -270,8 +270,11 @@ def forward(signed: SignedRequest, endpoint_url: str = "") -> Caller:
     outbound = urllib.request.Request(  # noqa: S310 - https to an allow-listed host, or the deployment's
         target(signed, endpoint_url), data=signed.body, headers=dict(signed.headers), method="POST"
     )
+    # Never past the invocation's end: what is left after the forward must still decide and commit.
+    deadline.check(deadline.DEFAULT_RESERVE + 0.1)
+    timeout = min(TIMEOUT_SECONDS, deadline.remaining() - deadline.DEFAULT_RESERVE)
     try:
-        with _OPENER.open(outbound, timeout=TIMEOUT_SECONDS) as answer:
+        with _OPENER.open(outbound, timeout=timeout) as answer:
             raw = answer.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as failed:
         with failed:
