@@ -21,7 +21,7 @@ from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
 if TYPE_CHECKING:
     from joinplane import views
 
-KEY_ID_PATTERN = rf"^key_{ULID}$"
+KEY_ID_PATTERN = ids.KEY_ID
 READ, WRITE = "iam:api-keys:read", "iam:api-keys:write"
 
 

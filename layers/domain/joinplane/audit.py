@@ -14,7 +14,7 @@ from joinplane import pools
 from joinplane.dal import audit as audit_db
 from joinplane.dal.audit import AuditEvent
 from joinplane.grants import Principal, Resource
-from joinplane.wire import POOL_ID, STRICT, TENANT_ID
+from joinplane.wire import DETAIL_TYPE, POOL_ID, STRICT, TENANT_ID
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 READ = "audit:events:read"
 # An event's sort key (`AuditEvent.cursor`): occurredAt, rank, eventId.
 CURSOR = r"^[0-9TZ:.-]{10,40}#[0-9]#evt_[0-9a-f]{32}$"
-DETAIL_TYPE = r"^security\.[a-z-]+\.[a-z-]+$"
 
 
 class ListAuditEvents(BaseModel):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 READ, WRITE = "compute:discovery:read", "compute:discovery:write"
 ID_PREFIX = "disc"
-ENTRY_ID = rf"^disc_{ULID}$"
+ENTRY_ID = ids.ENTRY_ID
 MAX_MACS = 32
 # A canonical identifier's bound in UTF-8: index keys stay far inside DynamoDB's 1 KiB sort key.
 MAX_VALUE_BYTES = 512

@@ -75,8 +75,7 @@ def view(request: JoinRequest) -> views.JoinRequest:
 
 # --- the joinRequests API: the approval queue --------------------------------------------------
 
-# The joinRequests API allows up to 52 characters after the prefix; ours are ULIDs (26).
-REQUEST_ID = rf"^jreq_{ids.BASE32}{{26,52}}$"
+REQUEST_ID = ids.REQUEST_ID
 REASON = r"^[^\u0000-\u001f\u007f]*$"
 DECIDE = "compute:join-tokens:create"
 READ = "compute:join-tokens:read"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, credentials, errors, observe
+from joinplane import clock, credentials, errors, ids, observe
 from joinplane.dal import machines as machines_db
 from joinplane.dal import revocations
 from joinplane.dal.machines import (
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 ID_PREFIX = "mach"
 TOKEN_PREFIX = "jpm"
-MACHINE_ID = rf"^mach_{ULID}$"
+MACHINE_ID = ids.MACHINE_ID
 READ, WRITE = "compute:machines:read", "compute:machines:write"
 
 

@@ -22,7 +22,7 @@ from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views, views
 
 READ, WRITE = "compute:pools:read", "compute:pools:write"
 DEFAULT_JOIN_REQUEST_TTL = 86_400
@@ -171,7 +171,7 @@ def view(pool: Pool) -> views.Pool:
     }
 
 
-def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
+def _sink_config(sink: StoredSink | None) -> join_views.TelemetrySinkConfig | None:
     if sink is None:
         return None
     return {
@@ -181,7 +181,7 @@ def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
     }
 
 
-def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapConfig:
+def bootstrap_config(pool: Pool, worker_image: str) -> join_views.MachineBootstrapConfig:
     """What a machine joining the pool is handed (levers9 JoinMachine's `controlplaneMachineBootstrapConfig`):
     the pool's defaults, JoinMachine's zero value for each one not set."""
     b, telemetry, billing = pool.bootstrap, pool.bootstrap.telemetry, pool.bootstrap.billing

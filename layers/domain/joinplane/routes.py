@@ -212,7 +212,7 @@ ROUTES: tuple[Route, ...] = (
     # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written in the OpenAPI generator,
     # exactly as the contract has them, since a pydantic schema would not say proto3 JSON (either
     # field name, int64 as a string); a contract test holds them to the answers' TypedDicts
-    # (views.JoinMachineResponse, ...).
+    # (join_views.JoinMachineResponse, ...).
     Route("POST", "/machines/join", "MachineJoinFunction", "ControlPlaneService_JoinMachine", "join-token"),
     Route("POST", "/machines/renew", "MachineJoinFunction", "Joinplane_RenewMachine", "none"),
     # Sylve's accept-join: a node posts to `https://<leader>/api/cluster/accept-join`; the contract

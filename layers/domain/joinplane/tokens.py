@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from joinplane import views
 
 SECRET_PREFIX, ID_PREFIX = tokens_db.SECRET_PREFIX, tokens_db.ID_PREFIX
-TOKEN_ID = rf"^jtok_{ULID}$"
+TOKEN_ID = ids.TOKEN_ID
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 
 

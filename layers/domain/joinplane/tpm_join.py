@@ -31,7 +31,7 @@ from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.tpm_manufacturers import EkCertificate
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views
     from joinplane.dal.tokens import JoinToken
     from joinplane.join_wire import JoinMachineRequest
 
@@ -114,7 +114,7 @@ def _expected(token: JoinToken, identity: str, tpm: Presented, secret_sha256: st
     )
 
 
-def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, views.JoinMachineResponse]:
+def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, join_views.JoinMachineResponse]:
     """Step 1: a credential for this TPM to activate, its secret stored only as a digest (one
     PutItem, replacing any earlier challenge of this key)."""
     secret = os.urandom(32)
