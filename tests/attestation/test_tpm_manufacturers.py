@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from joinplane import tpm_credential, tpm_manufacturers
-from joinplane.dal.tpm_manufacturers import Manufacturer
+from joinplane.dal.tpm_manufacturers import ManufacturerRecord
 from joinplane.errors import InvalidArgument
 from tests.support.attestation import call, make_key
 from tests.support.table import all_items
@@ -93,9 +93,9 @@ def test_read_only_keys_and_other_sites(admin_key: str, site_a: str, acme: SoftM
     assert (hidden.status, hidden.code) == (404, "NOT_FOUND")
 
 
-def _listed(*pems: str) -> list[Manufacturer]:
+def _listed(*pems: str) -> list[ManufacturerRecord]:
     return [
-        Manufacturer("acme", "site-a", str(i), pem, "", "", False, "", "", "", None)
+        ManufacturerRecord("acme", "site-a", str(i), pem, "", "", False, "", "", "", None)
         for i, pem in enumerate(pems)
     ]
 

@@ -12,11 +12,11 @@ from pydantic import BaseModel, Field
 
 from joinplane import clock, credentials, ids
 from joinplane.dal import apikeys as apikeys_db
-from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.apikeys import ApiKeyRecord
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Grant, Principal, Resource
 from joinplane.keyauth import ID_PREFIX, SECRET_PREFIX
-from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
+from joinplane.wire import STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -51,7 +51,7 @@ class RevokeApiKey(BaseModel):
     keyId: str = Field(pattern=KEY_ID_PATTERN)
 
 
-def _view(key: ApiKey) -> views.ApiKey:
+def _view(key: ApiKeyRecord) -> views.ApiKey:
     return {
         "keyId": key.key_id,
         "tenantId": key.tenant_id,
@@ -65,11 +65,13 @@ def _view(key: ApiKey) -> views.ApiKey:
     }
 
 
-def new_key(tenant_id: str, grants: list[Grant], description: str, created_by: str) -> tuple[str, ApiKey]:
+def new_key(
+    tenant_id: str, grants: list[Grant], description: str, created_by: str
+) -> tuple[str, ApiKeyRecord]:
     """A fresh key: (secret, key). The secret exists only in the return value."""
     ulid = ids.new_ulid()
     secret = credentials.mint(SECRET_PREFIX, ulid)
-    key = ApiKey(
+    key = ApiKeyRecord(
         key_id=f"{ID_PREFIX}_{ulid}",
         tenant_id=tenant_id,
         grants=tuple(str(g) for g in grants),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from joinplane import views
-    from joinplane.dal.tokens import JoinToken
+    from joinplane.dal.tokens import JoinTokenRecord
 
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
 
@@ -105,7 +105,7 @@ def identity(policy: str, facts: Facts) -> list[Vote]:
     return []
 
 
-def token_policy(token: JoinToken) -> list[Vote]:
+def token_policy(token: JoinTokenRecord) -> list[Vote]:
     votes = []
     if token.pool_id is None:
         votes.append(
@@ -118,7 +118,7 @@ def token_policy(token: JoinToken) -> list[Vote]:
     return votes
 
 
-def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
+def evaluate(token: JoinTokenRecord, facts: Facts) -> list[Vote]:
     """Every vote that is not a plain admit, in a stable order. The facts carry all the attestors
     read of the request."""
     policy = token.attestation

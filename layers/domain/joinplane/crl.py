@@ -25,7 +25,7 @@ from joinplane import clock, der, ids
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import revocations as revocations_db
 from joinplane.dal.authorities import CertificateAuthority
-from joinplane.dal.revocations import Crl, Revoked
+from joinplane.dal.revocations import CrlRecord, RevocationRecord
 from joinplane.errors import Internal, NotFound, Unavailable
 
 # RFC 5280 lets nextUpdate be anything; we promise operators at most 7 days. Three days, rebuilt after
@@ -58,7 +58,7 @@ def served(ca_id: str) -> Served:
     return Served(crl.der, max(0, min(MAX_AGE_SECONDS, due - now)))
 
 
-def refresh(ca_id: str) -> Crl:
+def refresh(ca_id: str) -> CrlRecord:
     """The CA's CRL rebuilt now (after a revocation: one kms:Sign)."""
     return _current(_authority(ca_id), force=True)
 
@@ -74,7 +74,7 @@ def _authority(ca_id: str) -> CertificateAuthority:
     return authority
 
 
-def _current(authority: CertificateAuthority, *, force: bool) -> Crl:
+def _current(authority: CertificateAuthority, *, force: bool) -> CrlRecord:
     for _ in range(3):
         now = int(clock.epoch())
         stored = revocations_db.get_crl(authority.ca_id)
@@ -89,7 +89,7 @@ def _current(authority: CertificateAuthority, *, force: bool) -> Crl:
     raise Unavailable("the CRL kept changing while it was built; retry")
 
 
-def _fresh(stored: Crl, revoked: list[Revoked], now: int) -> bool:
+def _fresh(stored: CrlRecord, revoked: list[RevocationRecord], now: int) -> bool:
     from cryptography import x509
 
     if now - stored.built_at >= REBUILD_AFTER_SECONDS or now >= stored.next_update:
@@ -98,7 +98,9 @@ def _fresh(stored: Crl, revoked: list[Revoked], now: int) -> bool:
     return all(int(entry.serial, 16) in listed for entry in revoked)
 
 
-def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, number: int) -> Crl:
+def _build(
+    authority: CertificateAuthority, revoked: list[RevocationRecord], now: int, number: int
+) -> CrlRecord:
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
@@ -141,6 +143,6 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
     if not valid:
         raise Internal(f"the CRL KMS key {authority.key_id} signed does not verify")
     this_update_epoch = int(this_update.timestamp())
-    return Crl(
+    return CrlRecord(
         authority.ca_id, signed, number, this_update_epoch, now + NEXT_UPDATE_SECONDS, now, len(revoked)
     )

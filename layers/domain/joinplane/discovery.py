@@ -17,11 +17,11 @@ from pydantic_core import PydanticCustomError
 
 from joinplane import clock, hardware, ids, pools
 from joinplane.dal import discovery as discovery_db
-from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.discovery import DiscoveryEntryRecord
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
-from joinplane.wire import TEXT, ULID
+from joinplane.wire import TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -132,7 +132,7 @@ class RemoveEntry(SiteRef):
     entryId: str = Field(pattern=ENTRY_ID)
 
 
-def view(entry: DiscoveryEntry) -> views.DiscoveryEntry:
+def view(entry: DiscoveryEntryRecord) -> views.DiscoveryEntry:
     return {
         "entryId": entry.entry_id,
         "tenantId": entry.tenant_id,
@@ -154,7 +154,7 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
 
 def register(principal: Principal, request: RegisterEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
-    entry = DiscoveryEntry(
+    entry = DiscoveryEntryRecord(
         entry_id=ids.new_id(ID_PREFIX),
         tenant_id=request.tenantId,
         site_id=request.siteId,

@@ -28,16 +28,16 @@ from typing import Any, NamedTuple, Protocol
 
 from joinplane import aws, clock, observe
 from joinplane.dal import stream
-from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.apikeys import ApiKeyRecord
 from joinplane.dal.authorities import CertificateAuthority
-from joinplane.dal.clusters import ClusterKey, ClusterNode
-from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.clusters import ClusterKeyRecord, ClusterNodeRecord
+from joinplane.dal.discovery import DiscoveryEntryRecord
 from joinplane.dal.machines import public_key_sha256
-from joinplane.dal.pools import Pool
-from joinplane.dal.removals import Removal
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.removals import RemovalRecord
 from joinplane.dal.stream import MachineImage, RequestImage
-from joinplane.dal.tokens import JoinToken
-from joinplane.dal.tpm_allow import AllowedKey
+from joinplane.dal.tokens import JoinTokenRecord
+from joinplane.dal.tpm_allow import AllowedKeyRecord
 from joinplane.settings import settings
 
 SOURCE = "joinplane"
@@ -70,7 +70,12 @@ def event_id(*parts: str) -> str:
 
 
 def _common(
-    image: RequestImage | MachineImage | ClusterNode | Pool | ClusterKey | CertificateAuthority,
+    image: RequestImage
+    | MachineImage
+    | ClusterNodeRecord
+    | PoolRecord
+    | ClusterKeyRecord
+    | CertificateAuthority,
 ) -> dict[str, Any]:
     return {"tenantId": image.tenant_id, "siteId": image.site_id, "poolId": image.pool_id}
 
@@ -190,7 +195,7 @@ def _tpm_detail(facts: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
+def _cluster_event(old: ClusterNodeRecord | None, new: ClusterNodeRecord) -> Event | None:
     if old is not None:
         return None
     detail_type = "security.cluster.node-joined"
@@ -211,7 +216,7 @@ def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
     )
 
 
-def _token_event(old: JoinToken | None, new: JoinToken) -> Event | None:
+def _token_event(old: JoinTokenRecord | None, new: JoinTokenRecord) -> Event | None:
     base = {"tenantId": new.tenant_id, "siteId": new.site_id, "poolId": new.pool_id, "tokenId": new.token_id}
     if old is None:
         detail_type = "security.join-token.created"
@@ -244,7 +249,7 @@ def _token_event(old: JoinToken | None, new: JoinToken) -> Event | None:
     return None  # a use spent, or nothing of note
 
 
-def _api_key_event(old: ApiKey | None, new: ApiKey) -> Event | None:
+def _api_key_event(old: ApiKeyRecord | None, new: ApiKeyRecord) -> Event | None:
     # API keys belong to the tenant, not to a site or pool.
     base = {"tenantId": new.tenant_id, "siteId": None, "poolId": None, "keyId": new.key_id}
     if old is None:
@@ -287,7 +292,7 @@ _POOL_SETTINGS = {
 }
 
 
-def _pool_event(old: Pool | None, new: Pool) -> Event | None:
+def _pool_event(old: PoolRecord | None, new: PoolRecord) -> Event | None:
     base = {**_common(new), "state": new.state, "version": new.version}
     if old is None:
         detail_type = "security.pool.created"
@@ -332,7 +337,7 @@ def _pool_event(old: Pool | None, new: Pool) -> Event | None:
     return None  # a cluster key repointed (its own event), or nothing of note
 
 
-def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
+def _cluster_key_event(old: ClusterKeyRecord | None, new: ClusterKeyRecord) -> Event | None:
     # One rotation writes the new key and retires the previous one: the new key's INSERT is its
     # event; the previous key's change to `rotated` is the same transition, not another event.
     if old is not None:
@@ -419,7 +424,7 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
     )
 
 
-def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event | None:
+def _discovery_event(old: DiscoveryEntryRecord | None, new: DiscoveryEntryRecord) -> Event | None:
     if old is not None:
         return None  # entries are never changed in place
     detail_type = "security.discovery-entry.registered"
@@ -443,7 +448,7 @@ def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event |
     )
 
 
-def _tpm_key_event(old: AllowedKey | None, new: AllowedKey) -> Event | None:
+def _tpm_key_event(old: AllowedKeyRecord | None, new: AllowedKeyRecord) -> Event | None:
     if old is not None:
         return None  # keys are never changed in place
     detail_type = "security.tpm-key.allowed"
@@ -464,7 +469,7 @@ def _tpm_key_event(old: AllowedKey | None, new: AllowedKey) -> Event | None:
     )
 
 
-def _removal_event(old: Removal | None, new: Removal) -> Event | None:
+def _removal_event(old: RemovalRecord | None, new: RemovalRecord) -> Event | None:
     if old is not None:
         return None
     subject = "entryId" if new.kind == "discovery-entry" else "ekPublicKeySha256"
@@ -490,15 +495,15 @@ def _removal_event(old: Removal | None, new: Removal) -> Event | None:
 _BUILDERS: dict[type[Any], Any] = {
     RequestImage: _request_event,
     MachineImage: _machine_event,
-    ClusterNode: _cluster_event,
-    JoinToken: _token_event,
-    ApiKey: _api_key_event,
-    Pool: _pool_event,
-    ClusterKey: _cluster_key_event,
+    ClusterNodeRecord: _cluster_event,
+    JoinTokenRecord: _token_event,
+    ApiKeyRecord: _api_key_event,
+    PoolRecord: _pool_event,
+    ClusterKeyRecord: _cluster_key_event,
     CertificateAuthority: _certificate_authority_event,
-    DiscoveryEntry: _discovery_event,
-    AllowedKey: _tpm_key_event,
-    Removal: _removal_event,
+    DiscoveryEntryRecord: _discovery_event,
+    AllowedKeyRecord: _tpm_key_event,
+    RemovalRecord: _removal_event,
 }
 
 

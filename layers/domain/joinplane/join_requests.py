@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 from joinplane import clock, deadline, errors, ids, observe, pools
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
 from joinplane.errors import Aborted, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
@@ -33,11 +33,11 @@ if TYPE_CHECKING:
 ID_PREFIX = "jreq"
 
 
-def state_now(request: JoinRequest) -> views.JoinRequestState:
+def state_now(request: JoinRequestRecord) -> views.JoinRequestState:
     return request.state_at(clock.epoch())
 
 
-def view(request: JoinRequest) -> views.JoinRequest:
+def view(request: JoinRequestRecord) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
     # Imported here: the expiry job (RetentionFunction) never shows a request, and machines brings
     # its operator models.
@@ -101,14 +101,14 @@ class ApproveJoinRequest(DecideJoinRequest):
     ttlSeconds: int = Field(default=3600, ge=60, le=86_400)
 
 
-def _acts_for_site(pool: Pool) -> bool:
+def _acts_for_site(pool: PoolRecord) -> bool:
     """Does the pool see and decide its site's unclaimed requests? Only while it is active: an
     archived pool takes no joins and can claim nothing, so it is no longer a window onto its site's
     queue (its own requests stay visible to it)."""
     return pool.active
 
 
-def _visible(pool: Pool, request_id: str) -> JoinRequest:
+def _visible(pool: PoolRecord, request_id: str) -> JoinRequestRecord:
     """A request the pool can decide: its own, or (while active) an unclaimed one of its site;
     else NOT_FOUND."""
     found = requests_db.get(request_id)
@@ -121,9 +121,9 @@ def _visible(pool: Pool, request_id: str) -> JoinRequest:
     return found
 
 
-def _tenant_pools(tenant_id: str) -> list[Pool]:
+def _tenant_pools(tenant_id: str) -> list[PoolRecord]:
     """Every pool of the tenant, in poolId order: the tenant's pool listing, 200 a Query."""
-    found: list[Pool] = []
+    found: list[PoolRecord] = []
     after: str | None = None
     while True:
         page = pools_db.list_pools(tenant_id, after=after, limit=200)
@@ -136,9 +136,11 @@ def _tenant_pools(tenant_id: str) -> list[Pool]:
 class Reached(NamedTuple):
     """A join request found for a key, and the pool it is acted on through."""
 
-    request: JoinRequest
-    pool: Pool | None  # None: a site's unclaimed request, named without a poolId
-    through: tuple[Pool, ...]  # the pools the key may act through (one, unless the request is unclaimed)
+    request: JoinRequestRecord
+    pool: PoolRecord | None  # None: a site's unclaimed request, named without a poolId
+    through: tuple[
+        PoolRecord, ...
+    ]  # the pools the key may act through (one, unless the request is unclaimed)
 
 
 def _reach(
@@ -349,9 +351,9 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> views.Join
     shown_owners = set(owners)
     open_sources = [(owner, state) for owner in owners for state in _SOURCES[request.state]]
     cursor = request.cursor
-    matching: list[JoinRequest] = []
+    matching: list[JoinRequestRecord] = []
     for _ in range(MAX_ROUNDS):
-        found: dict[str, JoinRequest] = {}  # by id: a request moving partitions mid-round shows once
+        found: dict[str, JoinRequestRecord] = {}  # by id: a request moving partitions mid-round shows once
         bound: str | None = None  # every source still open is complete up to here
         for (site_id, pool_id), state in list(open_sources):
             page = requests_db.list_partition_page(

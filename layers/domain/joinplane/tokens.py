@@ -14,10 +14,10 @@ from pydantic import BaseModel, Field, model_validator
 
 from joinplane import clock, credentials, errors, ids, pools
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.tokens import AttestationPolicy, JoinToken
+from joinplane.dal.tokens import AttestationPolicyRecord, JoinTokenRecord
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
-from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
+from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -77,12 +77,12 @@ class RevokeJoinToken(BaseModel):
     tokenId: str = Field(pattern=TOKEN_ID)
 
 
-def state_now(token: JoinToken) -> views.TokenState:
+def state_now(token: JoinTokenRecord) -> views.TokenState:
     """The token's state as read now: expiry and exhaustion need no background job."""
     return token.state_at(clock.epoch())
 
 
-def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
+def _attestation_view(policy: AttestationPolicyRecord) -> views.TokenAttestation:
     """The policy as stored: `identity` is absent on tokens made before the setting existed."""
     view: views.TokenAttestation = {"discovery": policy.discovery, "tpm": policy.tpm}
     if policy.identity is not None:
@@ -94,7 +94,7 @@ def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
     return view
 
 
-def view(token: JoinToken) -> views.JoinToken:
+def view(token: JoinTokenRecord) -> views.JoinToken:
     return {
         "tokenId": token.token_id,
         "tenantId": token.tenant_id,
@@ -136,7 +136,7 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
     now = clock.epoch()
     expires = int(now) + request.ttlSeconds
     policy = request.attestation
-    token = JoinToken(
+    token = JoinTokenRecord(
         token_id=f"{ID_PREFIX}_{ulid}",
         tenant_id=target.tenant_id,
         site_id=target.site_id,
@@ -149,7 +149,7 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
         max_uses=request.maxUses,
         uses_remaining=request.maxUses,
         require_approval=request.requireApproval,
-        attestation=AttestationPolicy(
+        attestation=AttestationPolicyRecord(
             policy.discovery, policy.tpm, policy.identity, policy.tpmTrust, policy.tpmRejoin
         ),
         created_at=clock.rfc3339(now),

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from joinplane import clock, errors, join_wire, tpm_credential, tpm_manufacturers
 from joinplane.dal import tpm_challenges as challenges_db
-from joinplane.dal.tpm_challenges import Challenge
+from joinplane.dal.tpm_challenges import ChallengeRecord
 from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.tpm_manufacturers import EkCertificate
 
 if TYPE_CHECKING:
     from joinplane import join_views
-    from joinplane.dal.tokens import JoinToken
+    from joinplane.dal.tokens import JoinTokenRecord
     from joinplane.join_wire import JoinMachineRequest
 
 CHALLENGE_SECONDS = 300
@@ -102,8 +102,10 @@ def presented(request: JoinMachineRequest, csr: Any) -> Presented:
     return Presented(ek, ak, ek_sha256, certificate, facts)
 
 
-def _expected(token: JoinToken, identity: str, tpm: Presented, secret_sha256: str, expires: int) -> Challenge:
-    return Challenge(
+def _expected(
+    token: JoinTokenRecord, identity: str, tpm: Presented, secret_sha256: str, expires: int
+) -> ChallengeRecord:
+    return ChallengeRecord(
         tenant_id=token.tenant_id,
         identity=identity,
         token_id=token.token_id,
@@ -114,7 +116,9 @@ def _expected(token: JoinToken, identity: str, tpm: Presented, secret_sha256: st
     )
 
 
-def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, join_views.JoinMachineResponse]:
+def challenge(
+    token: JoinTokenRecord, identity: str, tpm: Presented
+) -> tuple[int, join_views.JoinMachineResponse]:
     """Step 1: a credential for this TPM to activate, its secret stored only as a digest (one
     PutItem, replacing any earlier challenge of this key)."""
     secret = os.urandom(32)
@@ -128,7 +132,9 @@ def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, joi
     )
 
 
-def activate(token: JoinToken, identity: str, tpm: Presented, secret: str, proof_ms: int | None) -> Activated:
+def activate(
+    token: JoinTokenRecord, identity: str, tpm: Presented, secret: str, proof_ms: int | None
+) -> Activated:
     """Step 3: the answer, checked and consumed (one conditional DeleteItem), or a 401."""
     if proof_ms is None:
         raise Unauthenticated(PROOF_NEEDED, reason=errors.PROOF_REQUIRED)

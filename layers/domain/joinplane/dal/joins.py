@@ -23,15 +23,15 @@ from joinplane.dal import tokens as tokens_db
 from joinplane.dal.machines import (
     PROOF_MARK,
     Claim,
-    Identity,
-    IssuedCertificate,
-    Machine,
+    IdentityRecord,
+    IssuedCertificateRecord,
+    MachineRecord,
     identity_key,
     machine_key,
 )
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import JoinToken
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import JoinTokenRecord
 
 _NEWER_THAN_MARK = f"(attribute_not_exists({PROOF_MARK}) OR {PROOF_MARK} < :proofAt)"
 
@@ -43,7 +43,7 @@ class Committed(NamedTuple):
 class IdentityTaken(NamedTuple):
     """A fresh join's key already has a record: the join is a retry or a re-join of `current`."""
 
-    current: Identity
+    current: IdentityRecord
 
 
 class TokenSpent(NamedTuple):
@@ -63,7 +63,7 @@ class ClaimsHeld(NamedTuple):
 class IdentityMoved(NamedTuple):
     """The identity record's condition failed: `current` as it is now (None: absent)."""
 
-    current: Identity | None
+    current: IdentityRecord | None
 
 
 class MachineChanged(NamedTuple):
@@ -105,17 +105,17 @@ def _marked(write: dynamo.Write, proof_ms: int | None) -> dynamo.Write:
     )
 
 
-def _put_identity(identity: Identity) -> dynamo.Write:
+def _put_identity(identity: IdentityRecord) -> dynamo.Write:
     return dynamo.Write("Put", item=identity.to_item(), condition="attribute_not_exists(pk)", name="identity")
 
 
-def _put_machine(machine: Machine) -> dynamo.Write:
+def _put_machine(machine: MachineRecord) -> dynamo.Write:
     return dynamo.Write("Put", item=machine.to_item(), condition="attribute_not_exists(pk)", name="machine")
 
 
-def _identity(cancelled: dynamo.TransactionCanceled) -> Identity | None:
+def _identity(cancelled: dynamo.TransactionCanceled) -> IdentityRecord | None:
     current = cancelled.current_of("identity")
-    return Identity.from_item(current) if current else None
+    return IdentityRecord.from_item(current) if current else None
 
 
 def _claims_held(cancelled: dynamo.TransactionCanceled) -> ClaimsHeld:
@@ -129,7 +129,12 @@ def _claims_held(cancelled: dynamo.TransactionCanceled) -> ClaimsHeld:
 
 
 def admit(
-    token: JoinToken, *, now_epoch: int, pool: Pool, identity: Identity, machine: Machine
+    token: JoinTokenRecord,
+    *,
+    now_epoch: int,
+    pool: PoolRecord,
+    identity: IdentityRecord,
+    machine: MachineRecord,
 ) -> FreshOutcome:
     """A key seen for the first time becomes a machine: one use of the token, the identity record,
     the machine and its hardware claims, while the pool is the version read."""
@@ -146,7 +151,12 @@ def admit(
 
 
 def defer(
-    token: JoinToken, *, now_epoch: int, pool: Pool | None, identity: Identity, request: JoinRequest
+    token: JoinTokenRecord,
+    *,
+    now_epoch: int,
+    pool: PoolRecord | None,
+    identity: IdentityRecord,
+    request: JoinRequestRecord,
 ) -> FreshOutcome:
     """A key seen for the first time waits for an operator: one use of the token, the identity
     record and the join request (a site token has no pool to check)."""
@@ -154,7 +164,11 @@ def defer(
 
 
 def _fresh(
-    token: JoinToken, now_epoch: int, pool: Pool | None, identity: Identity, rest: list[dynamo.Write]
+    token: JoinTokenRecord,
+    now_epoch: int,
+    pool: PoolRecord | None,
+    identity: IdentityRecord,
+    rest: list[dynamo.Write],
 ) -> FreshOutcome:
     writes = [tokens_db.spend_use(token, now_epoch=now_epoch)]
     if pool is not None:
@@ -193,12 +207,12 @@ def accept_proof(tenant_id: str, identity: str, proof_ms: int) -> bool:
 
 
 def consume(
-    request: JoinRequest,
+    request: JoinRequestRecord,
     *,
-    record: Identity,
+    record: IdentityRecord,
     proof_ms: int | None,
-    machine: Machine,
-    pool: Pool,
+    machine: MachineRecord,
+    pool: PoolRecord,
     now: str,
     now_epoch: int,
 ) -> ConsumeOutcome:
@@ -242,12 +256,12 @@ def consume(
 
 
 def rejoin(
-    before: Machine,
-    after: Machine,
+    before: MachineRecord,
+    after: MachineRecord,
     *,
-    record: Identity,
+    record: IdentityRecord,
     proof_ms: int | None,
-    pool: Pool,
+    pool: PoolRecord,
     now: str,
 ) -> RejoinOutcome:
     """The machine as read (`before`) gets new credentials (`after`: token digest, certificate,
@@ -327,17 +341,17 @@ def rejoin(
 
 
 def renew(
-    machine: Machine,
+    machine: MachineRecord,
     *,
     identity: str,
     certificate_serial: str,
     certificate_expires_at: str,
     certificate_ca_id: str,
-    new_identity: Identity | None,
-    earlier: Sequence[IssuedCertificate] = (),
-    superseded: Sequence[revocations.Revoked] = (),
+    new_identity: IdentityRecord | None,
+    earlier: Sequence[IssuedCertificateRecord] = (),
+    superseded: Sequence[revocations.RevocationRecord] = (),
     proof_ms: int,
-    pool: Pool,
+    pool: PoolRecord,
     now: str,
 ) -> RenewOutcome:
     """A machine's new certificate, for its key `identity`: the machine while active with the token

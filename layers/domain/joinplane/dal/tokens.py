@@ -24,7 +24,7 @@ RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
 
 
-class AttestationPolicy(NamedTuple):
+class AttestationPolicyRecord(NamedTuple):
     """What a token asks of the attestors. `identity` is None on tokens made before the setting
     existed (stored without it, shown without it; read as "any")."""
 
@@ -48,7 +48,7 @@ class AttestationPolicy(NamedTuple):
         return self.tpm_rejoin == "activate"
 
     @classmethod
-    def from_dict(cls, stored: dict[str, Any] | None) -> AttestationPolicy:
+    def from_dict(cls, stored: dict[str, Any] | None) -> AttestationPolicyRecord:
         stored = stored or {}
         return cls(
             discovery=stored.get("discovery", "off"),
@@ -69,7 +69,7 @@ class AttestationPolicy(NamedTuple):
         return stored
 
 
-class JoinToken(NamedTuple):
+class JoinTokenRecord(NamedTuple):
     token_id: str
     tenant_id: str
     site_id: str
@@ -82,7 +82,7 @@ class JoinToken(NamedTuple):
     max_uses: int
     uses_remaining: int
     require_approval: bool
-    attestation: AttestationPolicy
+    attestation: AttestationPolicyRecord
     created_at: str
     created_by: str | None = None
     revoked_at: str | None = None
@@ -107,7 +107,7 @@ class JoinToken(NamedTuple):
         return self.expires_at_epoch > now_epoch and self.uses_remaining > 0
 
     @classmethod
-    def from_item(cls, item: Item) -> JoinToken:
+    def from_item(cls, item: Item) -> JoinTokenRecord:
         return cls(
             token_id=item["tokenId"],
             tenant_id=item["tenantId"],
@@ -121,7 +121,7 @@ class JoinToken(NamedTuple):
             max_uses=int(item["maxUses"]),
             uses_remaining=int(item["usesRemaining"]),
             require_approval=bool(item.get("requireApproval", False)),
-            attestation=AttestationPolicy.from_dict(item.get("attestation")),
+            attestation=AttestationPolicyRecord.from_dict(item.get("attestation")),
             created_at=item["createdAt"],
             created_by=item.get("createdBy"),
             revoked_at=item.get("revokedAt"),
@@ -175,17 +175,17 @@ class TokenExists(Exception):
 class TokenLost(Exception):
     """A conditional change found the token absent (`current` None) or no longer active."""
 
-    def __init__(self, current: JoinToken | None) -> None:
+    def __init__(self, current: JoinTokenRecord | None) -> None:
         super().__init__("join token changed")
         self.current = current
 
 
-def get(token_id: str) -> JoinToken | None:
+def get(token_id: str) -> JoinTokenRecord | None:
     item = dynamo.get(*token_key(token_id))
-    return JoinToken.from_item(item) if item else None
+    return JoinTokenRecord.from_item(item) if item else None
 
 
-def create(token: JoinToken) -> None:
+def create(token: JoinTokenRecord) -> None:
     """Store a new token; TokenExists when the id is taken."""
     try:
         dynamo.put(token.to_item(), condition="attribute_not_exists(pk)")
@@ -193,7 +193,7 @@ def create(token: JoinToken) -> None:
         raise TokenExists(token.token_id) from None
 
 
-def revoke(token_id: str, *, now: str, by: str) -> JoinToken:
+def revoke(token_id: str, *, now: str, by: str) -> JoinTokenRecord:
     """active → revoked; TokenLost when the token is absent or already revoked."""
     try:
         item = dynamo.update(
@@ -204,12 +204,12 @@ def revoke(token_id: str, *, now: str, by: str) -> JoinToken:
             values={":revoked": "revoked", ":active": "active", ":now": now, ":by": by},
         )
     except dynamo.ConditionFailed as lost:
-        raise TokenLost(JoinToken.from_item(lost.current) if lost.current else None) from None
-    return JoinToken.from_item(item)
+        raise TokenLost(JoinTokenRecord.from_item(lost.current) if lost.current else None) from None
+    return JoinTokenRecord.from_item(item)
 
 
 class TokenPage(NamedTuple):
-    tokens: list[JoinToken]
+    tokens: list[JoinTokenRecord]
     complete: bool  # no page follows
 
 
@@ -218,10 +218,10 @@ def list_tokens(
 ) -> TokenPage:
     """One page of a pool's (or, `pool_id` None, a site's) tokens in tokenId order, after `after`."""
     page = dynamo.query(pk=list_key(tenant_id, pool_id, site_id), index="gsi1", limit=limit, sk_after=after)
-    return TokenPage([JoinToken.from_item(item) for item in page.items], page.last_key is None)
+    return TokenPage([JoinTokenRecord.from_item(item) for item in page.items], page.last_key is None)
 
 
-def spend_use(token: JoinToken, *, now_epoch: int, name: str = "token") -> dynamo.Write:
+def spend_use(token: JoinTokenRecord, *, now_epoch: int, name: str = "token") -> dynamo.Write:
     """A transaction action taking one use of the token: holds only while it is active, unexpired
     at `now_epoch` and has a use left."""
     pk, sk = token_key(token.token_id)
