@@ -1,4 +1,4 @@
-"""Typed views: what every operator route answers, field for field.
+"""Typed views: what every operator route answers, field for field (the machine join's: `join_views`).
 
 The domain builds its answers as plain dicts (`pools.view`, `tokens.view`, ...: cheap at cold
 start) and annotates those functions to return these TypedDicts, so mypy checks every answer's
@@ -7,8 +7,7 @@ response schemas, and the schemathesis contract test checks every answer the loc
 against those schemas. A key added to an answer and not here is a type error.
 
 Imported only by type checkers (`if TYPE_CHECKING:` in the domain) and the OpenAPI generator:
-never at a function's cold start, so pydantic's annotations here cost a function nothing. The
-machine join dialect's answers, which are not pydantic schemas, are `join_views`.
+never at a function's cold start, so pydantic's annotations here cost a function nothing.
 
 Conventions: a key without `NotRequired` is always present (`X | None`: present, possibly null);
 `NotRequired[X]` is present only sometimes (`nextCursor`) and never null. Every view forbids
