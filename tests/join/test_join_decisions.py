@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,7 +29,8 @@ from joinplane.join_decide import (
 )
 from joinplane.join_wire import PreflightCheck
 
-NOW = 1_800_000_000.0
+NOW_EPOCH = 1_800_000_000
+NOW = datetime.fromtimestamp(NOW_EPOCH, UTC)
 KEY = "a" * 64
 FINGERPRINT = "fp-" + "b" * 64
 PROOF_MS = 1_800_000_000_000
@@ -44,7 +46,7 @@ def token(**changes: Any) -> JoinTokenRecord:
         description="",
         state="active",
         expires_at="",
-        expires_at_epoch=int(NOW) + 3600,
+        expires_at_epoch=NOW_EPOCH + 3600,
         max_uses=5,
         uses_remaining=5,
         require_approval=False,
@@ -55,7 +57,7 @@ def token(**changes: Any) -> JoinTokenRecord:
 
 
 SPENT = {"uses_remaining": 0}
-EXPIRED = {"expires_at_epoch": int(NOW) - 1}
+EXPIRED = {"expires_at_epoch": NOW_EPOCH - 1}
 
 
 def pool(**changes: Any) -> PoolRecord:
@@ -125,7 +127,7 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequestRecord:
         csr_public_key_sha256=KEY,
         created_at="",
         expires_at="",
-        expires_at_epoch=int(NOW) + 3600,
+        expires_at_epoch=NOW_EPOCH + 3600,
     )
     return base._replace(**changes)
 
@@ -377,7 +379,7 @@ ROWS = [
     ),
     Row(
         "an approved request past its expiry reads as expired",
-        history(PROVEN, pending_record(), the_request=request("approved", expires_at_epoch=int(NOW))),
+        history(PROVEN, pending_record(), the_request=request("approved", expires_at_epoch=NOW_EPOCH)),
         Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
     ),
     Row(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -245,8 +246,9 @@ EXPIRES = TOKEN_ITEM["expiresAtEpoch"]
 )
 def test_a_tokens_state_is_read_at_the_time_given(state: str, uses: int, now: int, read: str) -> None:
     token = JoinTokenRecord.from_item({**TOKEN_ITEM, "state": state, "usesRemaining": uses})
-    assert token.state_at(now) == read
-    assert token.usable_at(now) == (uses > 0 and now < EXPIRES)
+    at = datetime.fromtimestamp(now, UTC)
+    assert token.state_at(at) == read
+    assert token.usable_at(at) == (uses > 0 and now < EXPIRES)
 
 
 @pytest.mark.parametrize(
@@ -260,7 +262,8 @@ def test_a_tokens_state_is_read_at_the_time_given(state: str, uses: int, now: in
     ],
 )
 def test_an_open_request_past_its_expiry_reads_expired(state: str, now: int, read: str) -> None:
-    assert JoinRequestRecord.from_item({**REQUEST_ITEM, "state": state}).state_at(now) == read
+    at = datetime.fromtimestamp(now, UTC)
+    assert JoinRequestRecord.from_item({**REQUEST_ITEM, "state": state}).state_at(at) == read
 
 
 def test_a_closed_request_leaves_the_open_requests_index() -> None:

@@ -117,7 +117,7 @@ def revoke(principal: Principal, request: RevokeApiKey) -> views.ApiKey:
         raise PermissionDenied("this API key cannot revoke a key holding grants it does not hold itself")
     try:
         key = apikeys_db.revoke(
-            request.keyId, tenant_id=request.tenantId, now=clock.rfc3339(clock.now()), by=principal.key_id
+            request.keyId, tenant_id=request.tenantId, now=clock.now(), by=principal.key_id
         )
     except apikeys_db.ApiKeyLost as lost:
         if lost.current is None:

@@ -27,6 +27,6 @@ def record(event: dict[str, Any]) -> bool:
             site_id=detail.get("siteId"),
             pool_id=detail.get("poolId"),
             detail=detail,
-            ttl=int(clock.epoch()) + settings().audit_retention_days * 86_400,
+            ttl=clock.seconds(clock.now()) + settings().audit_retention_days * 86_400,
         )
     )

@@ -18,7 +18,7 @@ when a CRL is checked or built.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
 
 from joinplane import clock, der, ids
@@ -53,7 +53,7 @@ def served(ca_id: str) -> Served:
     but a CA that can sign: nothing is built or stored for it."""
     authority = _authority(ca_id)
     crl = _current(authority, force=False)
-    now = int(clock.epoch())
+    now = clock.seconds(clock.now())
     due = crl.built_at + REBUILD_AFTER_SECONDS
     return Served(crl.der, max(0, min(MAX_AGE_SECONDS, due - now)))
 
@@ -76,7 +76,7 @@ def _authority(ca_id: str) -> CertificateAuthority:
 
 def _current(authority: CertificateAuthority, *, force: bool) -> CrlRecord:
     for _ in range(3):
-        now = int(clock.epoch())
+        now = clock.now()
         stored = revocations_db.get_crl(authority.ca_id)
         revoked = revocations_db.revoked_of(authority.ca_id, now)
         if not force and stored is not None and _fresh(stored, revoked, now):
@@ -89,17 +89,18 @@ def _current(authority: CertificateAuthority, *, force: bool) -> CrlRecord:
     raise Unavailable("the CRL kept changing while it was built; retry")
 
 
-def _fresh(stored: CrlRecord, revoked: list[RevocationRecord], now: int) -> bool:
+def _fresh(stored: CrlRecord, revoked: list[RevocationRecord], now: datetime) -> bool:
     from cryptography import x509
 
-    if now - stored.built_at >= REBUILD_AFTER_SECONDS or now >= stored.next_update:
+    at = clock.seconds(now)
+    if at - stored.built_at >= REBUILD_AFTER_SECONDS or at >= stored.next_update:
         return False
     listed = {entry.serial_number for entry in x509.load_der_x509_crl(stored.der)}
     return all(int(entry.serial, 16) in listed for entry in revoked)
 
 
 def _build(
-    authority: CertificateAuthority, revoked: list[RevocationRecord], now: int, number: int
+    authority: CertificateAuthority, revoked: list[RevocationRecord], now: datetime, number: int
 ) -> CrlRecord:
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
@@ -112,12 +113,13 @@ def _build(
     ski = certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     # Back-dated as certificates are: a verifier whose clock runs a little behind ours would find a
     # CRL dated "now" not yet valid, and openssl then rejects every certificate of the CA.
-    this_update = datetime.fromtimestamp(now, UTC) - ca.CLOCK_SKEW
+    built_at = clock.seconds(now)  # whole seconds, as the CRL and its record keep it
+    this_update = clock.at_seconds(built_at) - ca.CLOCK_SKEW
     builder = (
         x509.CertificateRevocationListBuilder()
         .issuer_name(certificate.subject)
         .last_update(this_update)
-        .next_update(datetime.fromtimestamp(now + NEXT_UPDATE_SECONDS, UTC))
+        .next_update(clock.at_seconds(built_at + NEXT_UPDATE_SECONDS))
         .add_extension(x509.CRLNumber(number), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
     )
@@ -144,5 +146,11 @@ def _build(
         raise Internal(f"the CRL KMS key {authority.key_id} signed does not verify")
     this_update_epoch = int(this_update.timestamp())
     return CrlRecord(
-        authority.ca_id, signed, number, this_update_epoch, now + NEXT_UPDATE_SECONDS, now, len(revoked)
+        authority.ca_id,
+        signed,
+        number,
+        this_update_epoch,
+        built_at + NEXT_UPDATE_SECONDS,
+        built_at,
+        len(revoked),
     )

@@ -204,9 +204,7 @@ def remove(principal: Principal, request: RemoveEntry) -> views.DiscoveryEntry:
     if entry is None:
         raise NotFound("discovery entry not found")
     try:
-        discovery_db.remove(
-            entry, by=principal.key_id, now=clock.rfc3339(clock.now()), now_epoch=int(clock.epoch())
-        )
+        discovery_db.remove(entry, by=principal.key_id, now=clock.now())
     except discovery_db.EntryGone:
         # A concurrent remove got there first.
         raise NotFound("discovery entry not found") from None

@@ -21,15 +21,15 @@ def expire_due(max_items: int = 1000) -> int:
     stored fact, so the stream publishes `security.join-request.expired` and the listing partitions
     stay tidy. Reads only the sparse open-requests index up to now; one conditional write each, so
     a request decided or consumed meanwhile is left alone."""
-    now = int(clock.epoch())
+    now = clock.now()
     marked = 0
     for shard in range(requests_db.OPEN_SHARDS):
         start: dict[str, Any] | None = None
         while marked < max_items:
-            page = requests_db.open_due(shard, now_epoch=now, limit=min(100, max_items - marked), start=start)
+            page = requests_db.open_due(shard, now=now, limit=min(100, max_items - marked), start=start)
             for due in page.requests:
                 # Not marked: decided, consumed or already marked since the index was read.
-                if requests_db.mark_expired(due, now_epoch=now):
+                if requests_db.mark_expired(due, now=now):
                     marked += 1
                     observe.decision(
                         "join request expired",

@@ -9,6 +9,7 @@ carrying the error to answer with, so every rule is one row of tests/join/test_j
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple, Protocol
 
 from joinplane import attestors, errors
@@ -208,7 +209,7 @@ def history(
     *,
     machine: MachineRecord | None,
     request: JoinRequestRecord | None,
-    now: float,
+    now: datetime,
 ) -> History:
     """A key that has joined before: its machine (read when the record names one) or its request."""
     refused = screen(token, record)
@@ -323,7 +324,9 @@ def identity_moved(presented: Presented, version_read: int, current: IdentityRec
     return Aborted(CONCURRENT)
 
 
-def approval_lost(current: JoinRequestRecord | None, read: JoinRequestRecord, now: float) -> JoinplaneError:
+def approval_lost(
+    current: JoinRequestRecord | None, read: JoinRequestRecord, now: datetime
+) -> JoinplaneError:
     """The consuming transaction found the request changed (`current`, None: gone): closed
     meanwhile, or consumed by a concurrent retry (whose winner a later retry re-joins as)."""
     state = current.state_at(now) if current else "expired"

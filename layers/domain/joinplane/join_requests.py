@@ -14,6 +14,7 @@ merges the partitions of every pool the key may read (and of those pools' sites)
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import BaseModel, Field
@@ -34,7 +35,7 @@ ID_PREFIX = "jreq"
 
 
 def state_now(request: JoinRequestRecord) -> views.JoinRequestState:
-    return request.state_at(clock.epoch())
+    return request.state_at(clock.now())
 
 
 def view(request: JoinRequestRecord) -> views.JoinRequest:
@@ -204,20 +205,17 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
         )
     if not pool.active:
         raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
-    now = clock.epoch()
-    expires = int(now) + request.ttlSeconds
+    now = clock.now()
     try:
         written = requests_db.approve(
             request.requestId,
             tenant_id=pool.tenant_id,
             site_id=pool.site_id,
             pool_id=pool.pool_id,
-            expires_at=clock.rfc3339(expires),
-            expires_at_epoch=expires,
-            decided_at=clock.rfc3339(now),
+            expires_at=now + timedelta(seconds=request.ttlSeconds),
             decided_by=principal.key_id,
             reason=request.reason,
-            now_epoch=int(now),
+            now=now,
         )
     except requests_db.RequestLost as lost:
         current = lost.current
@@ -255,16 +253,15 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
                 f"join request is {state}; it can no longer be rejected",
                 reason=errors.JOIN_REQUEST_NOT_PENDING,
             )
-        now = clock.epoch()
+        now = clock.now()
         try:
             # Conditioned on the owner as read (see requests_db.reject): a pool claiming the request
             # meanwhile makes this write fail rather than land in the wrong listing.
             written = requests_db.reject(
                 found,
-                decided_at=clock.rfc3339(now),
                 decided_by=principal.key_id,
                 reason=request.reason,
-                now_epoch=int(now),
+                now=now,
             )
         except requests_db.RequestLost as lost:
             current = lost.current

@@ -8,6 +8,7 @@ The records (Machine, the join Identity, HardwareClaim) and their keys are in
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -152,7 +153,7 @@ def view(machine: MachineRecord) -> views.Machine:
         "publicKeySha256": machines_db.public_key_sha256(machine.identity),
         "certificates": [
             {"serial": c.serial, "caId": c.ca_id, "expiresAt": c.expires_at}
-            for c in machine.still_valid_certificates(clock.epoch())
+            for c in machine.still_valid_certificates(clock.now())
         ],
         "requestId": machine.request_id,
         "tokenId": machine.token_id,
@@ -203,7 +204,7 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
         if not machine.active:
             # Revoked concurrently (or before): answer with what is stored.
             return view(machine)
-        now = clock.rfc3339(clock.now())
+        now = clock.now()
         # Every certificate of the machine that still verifies: the current one and those a renewal
         # or re-join that kept the key replaced.
         certificates = _listed(machine, now, "unspecified")
@@ -225,7 +226,7 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def superseded_certificates(machine: MachineRecord, now: str) -> list[revocations.RevocationRecord]:
+def superseded_certificates(machine: MachineRecord, now: datetime) -> list[revocations.RevocationRecord]:
     """The machine's certificates that still verify, as CRL entries with reason `superseded`: a
     renewal that changes the key replaces them all (the old key may be why it rotated)."""
     return _listed(machine, now, "superseded")
@@ -235,7 +236,7 @@ def replaced_certificates(machine: MachineRecord) -> tuple[IssuedCertificateReco
     """What a renewal or re-join that keeps the key stores as the machine's earlier certificates:
     every one that still verifies, the one being replaced included, so a revocation can list
     them. FAILED_PRECONDITION when the machine already holds MAX_VALID_CERTIFICATES of them."""
-    valid = machine.still_valid_certificates(clock.epoch())
+    valid = machine.still_valid_certificates(clock.now())
     if len(valid) >= machines_db.MAX_VALID_CERTIFICATES:
         soonest = min(c.expires_at for c in valid)
         raise FailedPrecondition(
@@ -245,10 +246,10 @@ def replaced_certificates(machine: MachineRecord) -> tuple[IssuedCertificateReco
     return tuple(valid)
 
 
-def _listed(machine: MachineRecord, now: str, reason: str) -> list[revocations.RevocationRecord]:
+def _listed(machine: MachineRecord, now: datetime, reason: str) -> list[revocations.RevocationRecord]:
     return [
-        revocations.RevocationRecord(c.ca_id, c.serial, now, reason, c.expires_epoch())
-        for c in machine.still_valid_certificates(clock.epoch())
+        revocations.RevocationRecord(c.ca_id, c.serial, clock.rfc3339(now), reason, c.expires_epoch())
+        for c in machine.still_valid_certificates(now)
     ]
 
 

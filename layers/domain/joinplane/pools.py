@@ -319,7 +319,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
     )
     try:
         pool = pools_db.update_active(
-            request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()), by=principal.key_id
+            request.tenantId, request.poolId, changes, clock.now(), by=principal.key_id
         )
     except pools_db.PoolLost as lost:
         if lost.current is None:
@@ -333,9 +333,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
 def archive(principal: Principal, request: PoolRef) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
     try:
-        pool = pools_db.archive(
-            request.tenantId, request.poolId, clock.rfc3339(clock.now()), by=principal.key_id
-        )
+        pool = pools_db.archive(request.tenantId, request.poolId, clock.now(), by=principal.key_id)
     except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None

@@ -8,6 +8,7 @@ deferred joins can still be matched to the token they came with.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -79,7 +80,7 @@ class RevokeJoinToken(BaseModel):
 
 def state_now(token: JoinTokenRecord) -> views.TokenState:
     """The token's state as read now: expiry and exhaustion need no background job."""
-    return token.state_at(clock.epoch())
+    return token.state_at(clock.now())
 
 
 def _attestation_view(policy: AttestationPolicyRecord) -> views.TokenAttestation:
@@ -133,8 +134,8 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
     assert target.site_id is not None  # a pool's or a site's resource always names its site
     ulid = ids.new_ulid()
     secret = credentials.mint(SECRET_PREFIX, ulid)
-    now = clock.epoch()
-    expires = int(now) + request.ttlSeconds
+    now = clock.now()
+    expires = now + timedelta(seconds=request.ttlSeconds)
     policy = request.attestation
     token = JoinTokenRecord(
         token_id=f"{ID_PREFIX}_{ulid}",
@@ -145,7 +146,7 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
         description=request.description,
         state="active",
         expires_at=clock.rfc3339(expires),
-        expires_at_epoch=expires,
+        expires_at_epoch=clock.seconds(expires),
         max_uses=request.maxUses,
         uses_remaining=request.maxUses,
         require_approval=request.requireApproval,

@@ -171,9 +171,7 @@ def remove(principal: Principal, request: RemoveKey) -> views.AllowedKey:
     if key is None:
         raise NotFound("endorsement key not on this site's allow-list")
     try:
-        allow_db.remove(
-            key, by=principal.key_id, now=clock.rfc3339(clock.now()), now_epoch=int(clock.epoch())
-        )
+        allow_db.remove(key, by=principal.key_id, now=clock.now())
     except allow_db.KeyGone:
         raise NotFound("endorsement key not on this site's allow-list") from None
     return view(key)

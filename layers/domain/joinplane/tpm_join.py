@@ -123,7 +123,7 @@ def challenge(
     PutItem, replacing any earlier challenge of this key)."""
     secret = os.urandom(32)
     sealed = tpm_credential.make_credential(tpm.ek, tpm.ak.name, secret)
-    expires = int(clock.epoch()) + CHALLENGE_SECONDS
+    expires = clock.seconds(clock.now()) + CHALLENGE_SECONDS  # as the challenge stores it
     challenges_db.put(_expected(token, identity, tpm, hashlib.sha256(secret).hexdigest(), expires))
     return 202, join_wire.challenge_response(
         base64.b64encode(sealed.credential_blob).decode(),
@@ -144,7 +144,7 @@ def activate(
         recovered = b""
     digest = hashlib.sha256(recovered).hexdigest()
     expected = _expected(token, identity, tpm, digest, 0)
-    consumed = challenges_db.consume(expected, int(clock.epoch())) if recovered else None
+    consumed = challenges_db.consume(expected, clock.now()) if recovered else None
     # The store compared the digest; compared here again, in constant time, as every secret is.
     if consumed is None or not hmac.compare_digest(consumed.secret_sha256, digest):
         raise Unauthenticated(ACTIVATION_FAILED, reason=errors.TPM_ACTIVATION_FAILED)

@@ -134,7 +134,7 @@ def add(principal: Principal, request: AddManufacturer) -> views.TpmManufacturer
         subject=certificate.subject.rfc4514_string(),
         issuer=certificate.issuer.rfc4514_string(),
         root=root,
-        not_after=clock.rfc3339(certificate.not_valid_after_utc.timestamp()),
+        not_after=clock.rfc3339(certificate.not_valid_after_utc),
         description=request.description,
         created_at=clock.rfc3339(now),
         created_by=principal.key_id,
@@ -204,7 +204,7 @@ def read_ek_certificate(pem: str, ek_spki: bytes) -> tuple[x509.Certificate, EkC
 
 
 def _when(moment: datetime) -> str:
-    return clock.rfc3339(moment.timestamp())
+    return clock.rfc3339(moment)
 
 
 def _invalid_at(certificate: x509.Certificate, now: datetime, what: str) -> str:

@@ -323,7 +323,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             )
         ulid = ids.new_ulid()
         key_id, secret = f"{KEY_ID_PREFIX}_{ulid}", credentials.mint(KEY_PREFIX, ulid)
-        now = clock.rfc3339(clock.now())
+        now = clock.now()
         key = ClusterKeyRecord(
             key_id=key_id,
             tenant_id=pool.tenant_id,
@@ -331,11 +331,11 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             site_id=pool.site_id,
             secret_sha256=credentials.digest(secret),
             state="active",
-            created_at=now,
+            created_at=clock.rfc3339(now),
             created_by=principal.key_id,
         )
         try:
-            clusters_db.rotate_key(pool, key, rotated_ttl=int(clock.epoch()) + ROTATED_KEY_TTL)
+            clusters_db.rotate_key(pool, key, rotated_ttl=clock.seconds(now) + ROTATED_KEY_TTL)
         except clusters_db.Contended:
             continue  # rotated or archived meanwhile, or a transaction in flight: look again
         return {
@@ -343,7 +343,7 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             "poolId": pool.pool_id,
             "clusterKeyId": key_id,
             "clusterKey": secret,
-            "rotatedAt": now,
+            "rotatedAt": key.created_at,
         }
     raise AssertionError("unreachable: attempts() raises when exhausted")
 

@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -107,7 +109,7 @@ def put(key: ApiKeyRecord) -> None:
     dynamo.put(key.to_item())
 
 
-def revoke(key_id: str, *, tenant_id: str, now: str, by: str) -> ApiKeyRecord:
+def revoke(key_id: str, *, tenant_id: str, now: datetime, by: str) -> ApiKeyRecord:
     """active → revoked, for a key of `tenant_id`; ApiKeyLost otherwise."""
     try:
         item = dynamo.update(
@@ -115,7 +117,13 @@ def revoke(key_id: str, *, tenant_id: str, now: str, by: str) -> ApiKeyRecord:
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
             condition="tenantId = :tenant AND #state = :active",
             names={"#state": "state"},
-            values={":revoked": "revoked", ":now": now, ":by": by, ":tenant": tenant_id, ":active": "active"},
+            values={
+                ":revoked": "revoked",
+                ":now": clock.rfc3339(now),
+                ":by": by,
+                ":tenant": tenant_id,
+                ":active": "active",
+            },
         )
     except dynamo.ConditionFailed as lost:
         raise ApiKeyLost(ApiKeyRecord.from_item(lost.current) if lost.current else None) from None

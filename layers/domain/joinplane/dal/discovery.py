@@ -15,9 +15,10 @@ record cannot say.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple
 
-from joinplane import deadline
+from joinplane import clock, deadline
 from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
 from joinplane.dal.removals import RemovalRecord
@@ -190,7 +191,7 @@ def get(tenant_id: str, site_id: str, entry_id: str) -> DiscoveryEntryRecord | N
     return DiscoveryEntryRecord.from_item(item) if item else None
 
 
-def remove(entry: DiscoveryEntryRecord, *, by: str, now: str, now_epoch: int) -> None:
+def remove(entry: DiscoveryEntryRecord, *, by: str, now: datetime) -> None:
     """The entry and its index items, and the record of `by` removing it; EntryGone when a
     concurrent remove got there first."""
     pk, sk = entry_key(entry.tenant_id, entry.site_id, entry.entry_id)
@@ -201,9 +202,9 @@ def remove(entry: DiscoveryEntryRecord, *, by: str, now: str, now_epoch: int) ->
         subject_id=entry.entry_id,
         added_at=entry.created_at,
         added_by=entry.created_by,
-        removed_at=now,
+        removed_at=clock.rfc3339(now),
         removed_by=by,
-        ttl=now_epoch + removals.RETENTION_SECONDS,
+        ttl=clock.seconds(now) + removals.RETENTION_SECONDS,
     )
     writes = [
         dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="entry"),

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, items, revocations
 from joinplane.dal.dynamo import Item
 
@@ -306,7 +308,7 @@ class MachineRecord(NamedTuple):
     def active(self) -> bool:
         return self.state == "active"
 
-    def still_valid_certificates(self, now_epoch: float) -> list[IssuedCertificateRecord]:
+    def still_valid_certificates(self, now: datetime) -> list[IssuedCertificateRecord]:
         """Every certificate issued to the machine that has not expired: the earlier ones, then the
         current one."""
         current = (
@@ -318,7 +320,7 @@ class MachineRecord(NamedTuple):
             if self.certificate_serial and self.certificate_ca_id and self.certificate_expires_at
             else []
         )
-        return [c for c in (*self.earlier_certificates, *current) if c.expires_epoch() > now_epoch]
+        return [c for c in (*self.earlier_certificates, *current) if c.expires_epoch() > clock.seconds(now)]
 
     @classmethod
     def from_item(cls, item: Item) -> MachineRecord:
@@ -500,7 +502,7 @@ def revoke(
     *,
     by: str,
     reason: str,
-    now: str,
+    now: datetime,
     certificates: Sequence[revocations.RevocationRecord] = (),
 ) -> bool:
     """Revoke an active machine and release its hardware claims, in one transaction, which also
@@ -518,7 +520,7 @@ def revoke(
             values={
                 ":revoked": "revoked",
                 ":active": "active",
-                ":now": now,
+                ":now": clock.rfc3339(now),
                 ":by": by,
                 ":reason": reason,
                 **read_values,

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from joinplane import container
+from joinplane import clock, container
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -341,10 +342,12 @@ class PoolChanges(NamedTuple):
         return replaced
 
 
-def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str, *, by: str) -> PoolRecord:
+def update_active(
+    tenant_id: str, pool_id: str, changes: PoolChanges, now: datetime, *, by: str
+) -> PoolRecord:
     """Apply the changes to an active pool and bump its version, naming `by` as who changed it.
     PoolLost when the pool is absent or archived."""
-    attributes = {**changes.attributes(), "updatedAt": now, "updatedBy": by}
+    attributes = {**changes.attributes(), "updatedAt": clock.rfc3339(now), "updatedBy": by}
     names = {f"#f{i}": name for i, name in enumerate(attributes)}
     values: dict[str, Any] = {
         f":v{i}": value for i, value in enumerate(attributes.values()) if value is not None
@@ -366,7 +369,7 @@ def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str, 
     return PoolRecord.from_item(item)
 
 
-def archive(tenant_id: str, pool_id: str, now: str, *, by: str) -> PoolRecord:
+def archive(tenant_id: str, pool_id: str, now: datetime, *, by: str) -> PoolRecord:
     """Archive an active pool, naming `by` as who archived it; PoolLost when it is absent or
     already archived."""
     try:
@@ -378,7 +381,13 @@ def archive(tenant_id: str, pool_id: str, now: str, *, by: str) -> PoolRecord:
             ),
             condition="#state = :active",
             names={"#state": "state"},
-            values={":archived": "archived", ":now": now, ":by": by, ":active": "active", ":one": 1},
+            values={
+                ":archived": "archived",
+                ":now": clock.rfc3339(now),
+                ":by": by,
+                ":active": "active",
+                ":one": 1,
+            },
         )
     except dynamo.ConditionFailed as lost:
         raise PoolLost(PoolRecord.from_item(lost.current) if lost.current else None) from None

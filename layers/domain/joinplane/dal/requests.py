@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
 from joinplane.dal.machines import MachineFactsRecord
@@ -124,10 +126,10 @@ class JoinRequestRecord(NamedTuple):
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> RequestState:
-        """The state as read at `now_epoch`: an open request past its expiry reads `expired`
-        whatever is stored, so no job has to run for expiry to hold."""
-        if self.state in OPEN_STATES and self.expires_at_epoch <= now_epoch:
+    def state_at(self, now: datetime) -> RequestState:
+        """The state as read at `now`: an open request past its expiry reads `expired` whatever is
+        stored, so no job has to run for expiry to hold."""
+        if self.state in OPEN_STATES and self.expires_at_epoch <= clock.seconds(now):
             return "expired"
         return self.state
 
@@ -213,24 +215,23 @@ def approve(
     tenant_id: str,
     site_id: str,
     pool_id: str,
-    expires_at: str,
-    expires_at_epoch: int,
-    decided_at: str,
+    expires_at: datetime,
     decided_by: str,
     reason: str | None,
-    now_epoch: int,
+    now: datetime,
 ) -> JoinRequestRecord:
     """pending → approved for the pool `pool_id` (claiming a site's request), with a new expiry.
-    Holds only while the request is pending, unexpired at `now_epoch` and unclaimed or already this
+    Holds only while the request is pending, unexpired at `now` and unclaimed or already this
     pool's; RequestLost otherwise."""
+    expires_at_epoch = clock.seconds(expires_at)
     values: dict[str, Any] = {
         ":approved": "approved",
         ":pending": "pending",
         ":pool": pool_id,
-        ":now": now_epoch,
-        ":expiresAt": expires_at,
+        ":now": clock.seconds(now),
+        ":expiresAt": clock.rfc3339(expires_at),
         ":expiresAtEpoch": expires_at_epoch,
-        ":decidedAt": decided_at,
+        ":decidedAt": clock.rfc3339(now),
         ":by": decided_by,
         ":partition": list_partition(tenant_id, site_id, pool_id, "approved"),
         ":ttl": expires_at_epoch + RETENTION_SECONDS,
@@ -260,7 +261,7 @@ def approve(
 
 
 def reject(
-    request: JoinRequestRecord, *, decided_at: str, decided_by: str, reason: str | None, now_epoch: int
+    request: JoinRequestRecord, *, decided_by: str, reason: str | None, now: datetime
 ) -> JoinRequestRecord:
     """pending or approved → rejected, for the request as read. The write holds only while its owner
     is still the one read (the listing partition is chosen for that owner, so a pool claiming the
@@ -269,8 +270,8 @@ def reject(
         ":rejected": "rejected",
         ":pending": "pending",
         ":approved": "approved",
-        ":now": now_epoch,
-        ":decidedAt": decided_at,
+        ":now": clock.seconds(now),
+        ":decidedAt": clock.rfc3339(now),
         ":by": decided_by,
         ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "rejected"),
     }
@@ -328,8 +329,8 @@ def consume(
     )
 
 
-def mark_expired(request: JoinRequestRecord, *, now_epoch: int) -> bool:
-    """pending or approved, past its expiry at `now_epoch` → expired. False when the request was
+def mark_expired(request: JoinRequestRecord, *, now: datetime) -> bool:
+    """pending or approved, past its expiry at `now` → expired. False when the request was
     decided, consumed or marked since it was read (nothing is written then)."""
     try:
         dynamo.update(
@@ -341,7 +342,7 @@ def mark_expired(request: JoinRequestRecord, *, now_epoch: int) -> bool:
                 ":expired": "expired",
                 ":pending": "pending",
                 ":approved": "approved",
-                ":now": now_epoch,
+                ":now": clock.seconds(now),
                 ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "expired"),
             },
         )
@@ -374,12 +375,12 @@ class DuePage(NamedTuple):
     next: Item | None  # where the next page of this shard starts; None: the shard is done
 
 
-def open_due(shard: int, *, now_epoch: int, limit: int, start: Item | None = None) -> DuePage:
-    """One page of a shard's open requests whose expiry is at or before `now_epoch` (gsi2)."""
+def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None) -> DuePage:
+    """One page of a shard's open requests whose expiry is at or before `now` (gsi2)."""
     page = dynamo.query(
         pk=f"OPENJREQ#{shard}",
         index="gsi2",
-        sk_below=f"{now_epoch:012d}#~",
+        sk_below=f"{clock.seconds(now):012d}#~",
         limit=limit,
         start_after=start,
     )

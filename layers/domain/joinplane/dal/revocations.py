@@ -15,8 +15,10 @@ One partition per CA holds its revoked certificates: a CA's CRL is built from on
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -98,7 +100,7 @@ def revoked_write(revoked: RevocationRecord) -> dynamo.Write:
     return dynamo.Write("Put", item=revoked.to_item(), name="revoked-certificate")
 
 
-def revoked_of(ca_id: str, now_epoch: int) -> list[RevocationRecord]:
+def revoked_of(ca_id: str, now: datetime) -> list[RevocationRecord]:
     """The CA's revoked certificates that have not expired (consistent: a revocation that just
     committed is in the CRL built after it)."""
     found: list[RevocationRecord] = []
@@ -107,7 +109,7 @@ def revoked_of(ca_id: str, now_epoch: int) -> list[RevocationRecord]:
         page = dynamo.query(pk=PREFIX + ca_id, consistent=True, start_after=start)
         found.extend(RevocationRecord.from_item(item) for item in page.items)
         if page.last_key is None:
-            return [revoked for revoked in found if revoked.expires_at > now_epoch]
+            return [revoked for revoked in found if revoked.expires_at > clock.seconds(now)]
         start = page.last_key
 
 

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -92,19 +94,19 @@ class JoinTokenRecord(NamedTuple):
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> TokenState:
-        """The token's state as read at `now_epoch`: expiry and exhaustion need no background job."""
+    def state_at(self, now: datetime) -> TokenState:
+        """The token's state as read at `now`: expiry and exhaustion need no background job."""
         if self.state == "revoked":
             return "revoked"
-        if self.expires_at_epoch <= now_epoch:
+        if self.expires_at_epoch <= clock.seconds(now):
             return "expired"
         if self.uses_remaining <= 0:
             return "exhausted"
         return "active"
 
-    def usable_at(self, now_epoch: float) -> bool:
+    def usable_at(self, now: datetime) -> bool:
         """Unexpired with a use left (whether it is revoked is the caller's separate question)."""
-        return self.expires_at_epoch > now_epoch and self.uses_remaining > 0
+        return self.expires_at_epoch > clock.seconds(now) and self.uses_remaining > 0
 
     @classmethod
     def from_item(cls, item: Item) -> JoinTokenRecord:

@@ -5,8 +5,10 @@ removal deletes the key and, in the same transaction, records who removed it
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
 from joinplane.dal.removals import RemovalRecord
@@ -82,7 +84,7 @@ def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
     return dynamo.get(*key_of(tenant_id, site_id, ek_sha256)) is not None
 
 
-def remove(key: AllowedKeyRecord, *, by: str, now: str, now_epoch: int) -> None:
+def remove(key: AllowedKeyRecord, *, by: str, now: datetime) -> None:
     """The key, and the record of `by` removing it; KeyGone when a concurrent remove got there
     first."""
     pk, sk = key_of(key.tenant_id, key.site_id, key.ek_sha256)
@@ -93,9 +95,9 @@ def remove(key: AllowedKeyRecord, *, by: str, now: str, now_epoch: int) -> None:
         subject_id=key.ek_sha256,
         added_at=key.created_at,
         added_by=key.created_by,
-        removed_at=now,
+        removed_at=clock.rfc3339(now),
         removed_by=by,
-        ttl=now_epoch + removals.RETENTION_SECONDS,
+        ttl=clock.seconds(now) + removals.RETENTION_SECONDS,
     )
     try:
         dynamo.transact(

@@ -8,8 +8,10 @@ dead before DynamoDB gets round to deleting it).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -62,7 +64,7 @@ def put(challenge: ChallengeRecord) -> None:
     dynamo.put(challenge.to_item())
 
 
-def consume(expected: ChallengeRecord, now_epoch: int) -> ChallengeRecord | None:
+def consume(expected: ChallengeRecord, now: datetime) -> ChallengeRecord | None:
     """Delete the identity's challenge if it is exactly `expected` (the secret's digest, token, EK
     and AK name) and unexpired: one conditional DeleteItem, so of concurrent retries with the same
     secret exactly one gets it. The challenge as it was, or None when there was no such challenge."""
@@ -78,7 +80,7 @@ def consume(expected: ChallengeRecord, now_epoch: int) -> ChallengeRecord | None
                 ":token": expected.token_id,
                 ":ek": expected.ek_sha256,
                 ":ak": expected.ak_name,
-                ":now": now_epoch,
+                ":now": clock.seconds(now),
             },
         )
     except dynamo.ConditionFailed:
