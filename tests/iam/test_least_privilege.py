@@ -74,7 +74,7 @@ def test_a_join_function_can_write_no_api_key(function: str, admin_key: str, joi
     # When the join function puts it, alone or inside a transaction with a write it may make
     message = refused(function, lambda: dynamo.put(forged.to_item()))
     spend = tokens_db.spend_use(
-        tokens_db.JoinTokenRecord.from_item(token_item(joined["tokenId"])), now_epoch=int(clock.epoch())
+        tokens_db.JoinTokenRecord.from_item(token_item(joined["tokenId"])), now=clock.now()
     )
     put = dynamo.Write("Put", item=forged.to_item(), name="key")
     refused(function, lambda: dynamo.transact([spend, put]))
@@ -107,7 +107,7 @@ def test_the_machine_join_may_spend_a_tokens_use_and_write_nothing_else_of_it(jo
     # When the join function spends one use, as a join does / Then it may
     token = tokens_db.JoinTokenRecord.from_item(before)
     with iam.acting_as(function):
-        dynamo.transact([tokens_db.spend_use(token, now_epoch=int(clock.epoch()))])
+        dynamo.transact([tokens_db.spend_use(token, now=clock.now())])
     assert token_item(joined["tokenId"])["usesRemaining"] == before["usesRemaining"] - 1
     # But it may neither change what the token is nor make or delete one
     for attribute, value in (
@@ -135,7 +135,7 @@ def test_the_cluster_join_writes_no_token_at_all(joined: dict[str, Any]) -> None
     # When the cluster join spends a use / Then IAM refuses, and the token is unchanged
     refused(
         "ClusterJoinFunction",
-        lambda: dynamo.transact([tokens_db.spend_use(token, now_epoch=int(clock.epoch()))]),
+        lambda: dynamo.transact([tokens_db.spend_use(token, now=clock.now())]),
     )
     assert token_item(joined["tokenId"])["usesRemaining"] == token.uses_remaining
 

@@ -84,7 +84,7 @@ def record(**changes: Any) -> IdentityRecord:
         identity=KEY,
         token_id="jtok_1",
         site_id="lab",
-        now="",
+        now=NOW,
         pool_id="gpu",
         machine_id="mach_1",
     )

@@ -183,7 +183,7 @@ def revoke(principal: Principal, request: RevokeJoinToken) -> views.JoinToken:
         raise NotFound("join token not found")
     principal.authorize(CREATE, Resource(token.tenant_id, token.site_id, token.pool_id, kind="join token"))
     try:
-        token = tokens_db.revoke(request.tokenId, now=clock.rfc3339(clock.now()), by=principal.key_id)
+        token = tokens_db.revoke(request.tokenId, now=clock.now(), by=principal.key_id)
     except tokens_db.TokenLost as lost:
         if lost.current is None:
             raise NotFound("join token not found") from None

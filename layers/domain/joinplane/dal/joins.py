@@ -13,8 +13,10 @@ Every identity-record write that acts on a proof of possession also moves the re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, revocations
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
@@ -131,7 +133,7 @@ def _claims_held(cancelled: dynamo.TransactionCanceled) -> ClaimsHeld:
 def admit(
     token: JoinTokenRecord,
     *,
-    now_epoch: int,
+    now: datetime,
     pool: PoolRecord,
     identity: IdentityRecord,
     machine: MachineRecord,
@@ -140,7 +142,7 @@ def admit(
     the machine and its hardware claims, while the pool is the version read."""
     return _fresh(
         token,
-        now_epoch,
+        now,
         pool,
         identity,
         [
@@ -153,24 +155,24 @@ def admit(
 def defer(
     token: JoinTokenRecord,
     *,
-    now_epoch: int,
+    now: datetime,
     pool: PoolRecord | None,
     identity: IdentityRecord,
     request: JoinRequestRecord,
 ) -> FreshOutcome:
     """A key seen for the first time waits for an operator: one use of the token, the identity
     record and the join request (a site token has no pool to check)."""
-    return _fresh(token, now_epoch, pool, identity, [requests_db.put_new(request)])
+    return _fresh(token, now, pool, identity, [requests_db.put_new(request)])
 
 
 def _fresh(
     token: JoinTokenRecord,
-    now_epoch: int,
+    now: datetime,
     pool: PoolRecord | None,
     identity: IdentityRecord,
     rest: list[dynamo.Write],
 ) -> FreshOutcome:
-    writes = [tokens_db.spend_use(token, now_epoch=now_epoch)]
+    writes = [tokens_db.spend_use(token, now=now)]
     if pool is not None:
         writes.append(pools_db.is_current(pool))
     writes += [_put_identity(identity), *rest]
@@ -213,14 +215,13 @@ def consume(
     proof_ms: int | None,
     machine: MachineRecord,
     pool: PoolRecord,
-    now: str,
-    now_epoch: int,
+    now: datetime,
 ) -> ConsumeOutcome:
     """An approved request admits exactly one join: the request `approved → consumed`, the identity
     record moved on from the version read (to the machine), the machine and its claims, while the
     pool is the version read."""
     writes = [
-        requests_db.consume(request, machine_id=machine.machine_id, now=now, now_epoch=now_epoch),
+        requests_db.consume(request, machine_id=machine.machine_id, now=now),
         _marked(
             dynamo.Write(
                 "Update",
@@ -231,7 +232,7 @@ def consume(
                     ":machine": machine.machine_id,
                     ":pool": pool.pool_id,
                     ":one": 1,
-                    ":now": now,
+                    ":now": clock.rfc3339(now),
                     ":version": record.version,
                 },
                 name="identity",
@@ -262,7 +263,7 @@ def rejoin(
     record: IdentityRecord,
     proof_ms: int | None,
     pool: PoolRecord,
-    now: str,
+    now: datetime,
 ) -> RejoinOutcome:
     """The machine as read (`before`) gets new credentials (`after`: token digest, certificate,
     facts, claims): the machine while active at the generation read, the identity record moved on
@@ -293,7 +294,7 @@ def rejoin(
                 ":expires": after.certificate_expires_at,
                 ":ca": after.certificate_ca_id,
                 ":earlier": [c.to_item() for c in after.earlier_certificates],
-                ":now": now,
+                ":now": clock.rfc3339(now),
                 ":facts": after.facts.to_item(),
                 ":schedulable": after.schedulable,
                 ":baseline": after.worker_image_baseline,
@@ -311,7 +312,7 @@ def rejoin(
                 *identity_key(record.tenant_id, record.identity),
                 update="SET version = version + :one, updatedAt = :now",
                 condition="version = :version",
-                values={":one": 1, ":now": now, ":version": record.version},
+                values={":one": 1, ":now": clock.rfc3339(now), ":version": record.version},
                 name="identity",
             ),
             proof_ms,
@@ -352,7 +353,7 @@ def renew(
     superseded: Sequence[revocations.RevocationRecord] = (),
     proof_ms: int,
     pool: PoolRecord,
-    now: str,
+    now: datetime,
 ) -> RenewOutcome:
     """A machine's new certificate, for its key `identity`: the machine while active with the token
     read, the pool as read (the certificate's lifetime is the pool's), the current key's record's
@@ -369,7 +370,7 @@ def renew(
         ":ca": certificate_ca_id,
         ":identity": identity,
         ":earlier": [c.to_item() for c in earlier],
-        ":now": now,
+        ":now": clock.rfc3339(now),
         ":active": "active",
         ":digest": machine.machine_token_sha256,
     }
@@ -397,7 +398,11 @@ def renew(
                 *identity_key(machine.tenant_id, machine.identity),
                 update="SET updatedAt = :now" + (", retired = :yes, retiredAt = :now" if rotating else ""),
                 condition="machineId = :me",
-                values={":now": now, ":me": machine.machine_id, **({":yes": True} if rotating else {})},
+                values={
+                    ":now": clock.rfc3339(now),
+                    ":me": machine.machine_id,
+                    **({":yes": True} if rotating else {}),
+                },
                 name="identity",
             ),
             proof_ms,

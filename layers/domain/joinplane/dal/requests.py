@@ -302,10 +302,10 @@ def reject(
 
 
 def consume(
-    request: JoinRequestRecord, *, machine_id: str, now: str, now_epoch: int, name: str = "request"
+    request: JoinRequestRecord, *, machine_id: str, now: datetime, name: str = "request"
 ) -> dynamo.Write:
     """A transaction action: approved → consumed by the machine `machine_id`; holds only while the
-    request is approved and unexpired at `now_epoch`."""
+    request is approved and unexpired at `now`."""
     pk, sk = request_key(request.request_id)
     return dynamo.Write(
         "Update",
@@ -320,9 +320,9 @@ def consume(
         values={
             ":consumed": "consumed",
             ":approved": "approved",
-            ":now": now,
+            ":now": clock.rfc3339(now),
             ":machine": machine_id,
-            ":epoch": now_epoch,
+            ":epoch": clock.seconds(now),
             ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "consumed"),
         },
         name=name,

@@ -195,7 +195,7 @@ def create(token: JoinTokenRecord) -> None:
         raise TokenExists(token.token_id) from None
 
 
-def revoke(token_id: str, *, now: str, by: str) -> JoinTokenRecord:
+def revoke(token_id: str, *, now: datetime, by: str) -> JoinTokenRecord:
     """active → revoked; TokenLost when the token is absent or already revoked."""
     try:
         item = dynamo.update(
@@ -203,7 +203,7 @@ def revoke(token_id: str, *, now: str, by: str) -> JoinTokenRecord:
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
             condition="#state = :active",
             names={"#state": "state"},
-            values={":revoked": "revoked", ":active": "active", ":now": now, ":by": by},
+            values={":revoked": "revoked", ":active": "active", ":now": clock.rfc3339(now), ":by": by},
         )
     except dynamo.ConditionFailed as lost:
         raise TokenLost(JoinTokenRecord.from_item(lost.current) if lost.current else None) from None
@@ -223,9 +223,9 @@ def list_tokens(
     return TokenPage([JoinTokenRecord.from_item(item) for item in page.items], page.last_key is None)
 
 
-def spend_use(token: JoinTokenRecord, *, now_epoch: int, name: str = "token") -> dynamo.Write:
+def spend_use(token: JoinTokenRecord, *, now: datetime, name: str = "token") -> dynamo.Write:
     """A transaction action taking one use of the token: holds only while it is active, unexpired
-    at `now_epoch` and has a use left."""
+    at `now` and has a use left."""
     pk, sk = token_key(token.token_id)
     return dynamo.Write(
         "Update",
@@ -234,6 +234,6 @@ def spend_use(token: JoinTokenRecord, *, now_epoch: int, name: str = "token") ->
         update="SET usesRemaining = usesRemaining - :one",
         condition="#state = :active AND expiresAtEpoch > :now AND usesRemaining > :zero",
         names={"#state": "state"},
-        values={":one": 1, ":zero": 0, ":active": "active", ":now": now_epoch},
+        values={":one": 1, ":zero": 0, ":active": "active", ":now": clock.seconds(now)},
         name=name,
     )
