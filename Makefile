@@ -122,7 +122,10 @@ runtime: .lambda-runtime/.stamp
 # process (1672 tests, back to back on a loaded machine: 565 s -> 340 s). PARALLEL= runs it in one.
 # --no-loadscope-reorder: xdist would otherwise queue files by test count, largest first, and start
 # the one 200 s agent test (3 tests in its file) minutes in; tests/conftest.py puts the longest first.
-PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+# One worker more than the cores: the agent's renewal test mostly sleeps (200 s of a certificate's
+# lifetime, on the real clock the agent reads), and the extra worker keeps both cores busy meanwhile.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PARALLEL ?= -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 pytest: setup
 	$(BIN)/pytest $(PARALLEL)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 import threading
 import uuid
@@ -209,6 +210,14 @@ def _check_parameters(template_path: Path, parameters: Mapping[str, str]) -> Non
         raise ValueError("; ".join(broken))
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Raise EADDRINUSE now if something listens on the port: the gateway binds it only after the
+    emulator, the tables and the workers are up, seconds later, and would then undo them all."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway binds
+        probe.bind((host, port))
+
+
 def start_runtime(
     *,
     port: int = 0,
@@ -246,6 +255,8 @@ def start_runtime(
     seed = mode != "aws" if seed is None else seed
     run_workers = mode != "aws" if workers is None else workers
 
+    if port:
+        _check_port_free(host, port)
     environment = _Environment()
     emulator: embedded.Emulator | None = None
     gateway: Gateway | None = None
@@ -304,7 +315,10 @@ def start_runtime(
             try:
                 create_resources(template, clients)
             except Exception as error:
-                if mode == "embedded":
+                from botocore.exceptions import EndpointConnectionError
+
+                # Nothing answering at all is fatal at once: the workers would only retry it.
+                if mode == "embedded" or isinstance(error, EndpointConnectionError):
                     raise
                 # DynamoDB Local serves tables only: the table is there, events go nowhere.
                 print(
