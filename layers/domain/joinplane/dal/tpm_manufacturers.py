@@ -102,18 +102,18 @@ def remove(manufacturer: ManufacturerRecord) -> None:
         raise Gone(manufacturer.certificate_sha256) from None
 
 
-class Page(NamedTuple):
+class ManufacturerPage(NamedTuple):
     manufacturers: list[ManufacturerRecord]
     more: bool
 
 
-def list_page(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> Page:
+def list_page(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> ManufacturerPage:
     pk = partition(tenant_id, site_id)
     if after:
         page = dynamo.query(pk=pk, sk_after=f"CA#{after}", limit=limit, consistent=True)
     else:
         page = dynamo.query(pk=pk, sk_prefix="CA#", limit=limit, consistent=True)
-    return Page([ManufacturerRecord.from_item(i) for i in page.items], page.last_key is not None)
+    return ManufacturerPage([ManufacturerRecord.from_item(i) for i in page.items], page.last_key is not None)
 
 
 def all_of(tenant_id: str, site_id: str) -> list[ManufacturerRecord]:
