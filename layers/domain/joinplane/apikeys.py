@@ -21,7 +21,6 @@ from joinplane.wire import STRICT, TENANT_ID, TEXT
 if TYPE_CHECKING:
     from joinplane import views
 
-KEY_ID_PATTERN = ids.KEY_ID
 READ, WRITE = "iam:api-keys:read", "iam:api-keys:write"
 
 
@@ -36,7 +35,7 @@ class ListApiKeys(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=KEY_ID_PATTERN)
+    cursor: str | None = Field(default=None, pattern=ids.KEY_ID)
 
 
 # The body is `{}` (the key in the Authorization header is the subject); a model all the same, so
@@ -48,7 +47,7 @@ class WhoAmI(BaseModel):
 class RevokeApiKey(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
-    keyId: str = Field(pattern=KEY_ID_PATTERN)
+    keyId: str = Field(pattern=ids.KEY_ID)
 
 
 def _view(key: ApiKeyRecord) -> views.ApiKey:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 READ, WRITE = "compute:discovery:read", "compute:discovery:write"
 ID_PREFIX = "disc"
-ENTRY_ID = ids.ENTRY_ID
 MAX_MACS = 32
 # A canonical identifier's bound in UTF-8: index keys stay far inside DynamoDB's 1 KiB sort key.
 MAX_VALUE_BYTES = 512
@@ -125,11 +124,11 @@ class RegisterEntry(SiteRef):
 
 class ListEntries(SiteRef):
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=ENTRY_ID)
+    cursor: str | None = Field(default=None, pattern=ids.ENTRY_ID)
 
 
 class RemoveEntry(SiteRef):
-    entryId: str = Field(pattern=ENTRY_ID)
+    entryId: str = Field(pattern=ids.ENTRY_ID)
 
 
 def view(entry: DiscoveryEntryRecord) -> views.DiscoveryEntry:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from joinplane import views
 
 SECRET_PREFIX, ID_PREFIX = tokens_db.SECRET_PREFIX, tokens_db.ID_PREFIX
-TOKEN_ID = ids.TOKEN_ID
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 
 
@@ -69,13 +68,13 @@ class CreateJoinToken(TokenTarget):
 
 class ListJoinTokens(TokenTarget):
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=TOKEN_ID)
+    cursor: str | None = Field(default=None, pattern=ids.TOKEN_ID)
 
 
 class RevokeJoinToken(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
-    tokenId: str = Field(pattern=TOKEN_ID)
+    tokenId: str = Field(pattern=ids.TOKEN_ID)
 
 
 def state_now(token: JoinTokenRecord) -> views.TokenState:
