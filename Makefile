@@ -17,12 +17,13 @@ export AWS_DEFAULT_REGION ?= $(REGION)
 
 setup: $(STAMP) tools
 
-# The server (this project, editable) and the `joinplane` command (./cli), which the README's
+# The server (this project, editable), the local runtime (./local, editable: it runs this
+# checkout's template and functions) and the `joinplane` command (./cli), which the README's
 # walk-through runs from .venv/bin, with their pinned dependencies and nothing else.
-$(RUN_STAMP): requirements-run.txt pyproject.toml cli/pyproject.toml
+$(RUN_STAMP): requirements-run.txt pyproject.toml local/pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-run.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./cli
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./local -e ./cli
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) requirements-dev.txt

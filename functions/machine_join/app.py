@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from joinplane import join, join_wire, proof
+from joinplane import join, join_wire, proof, renewal
 from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
 
@@ -34,7 +34,7 @@ def join_machine(request: HttpRequest) -> tuple[int, join_views.JoinMachineRespo
 
 @routes.operation("Joinplane_RenewMachine")
 def renew(request: HttpRequest) -> tuple[int, join_views.RenewMachineResponse]:
-    return join.renew(_body(request), request.headers.get(proof.HEADER, ""), base_url=request.base_url)
+    return renewal.renew(_body(request), request.headers.get(proof.HEADER, ""), base_url=request.base_url)
 
 
 lambda_handler = routes.handle

@@ -3,7 +3,8 @@
 Everything API Gateway does between the client and the function happens here, because the
 functions are written against it: route selection, the payload format 2.0 event, the Lambda
 REQUEST authorizer with its identity-source check and result cache, the response mapping, and
-API Gateway's own error bodies (`{"message": "Not Found"}` and friends).
+API Gateway's own error bodies (`{"message": "Not Found"}` and friends). Which route takes a
+request is `api_routes`'; reading requests off the wire and writing answers is `http_server`'s.
 
 Overload is answered, never dropped: the listen backlog holds a burst of connections, and a
 function (the authorizer included) already running its concurrency limit of invocations gets a 429
@@ -15,66 +16,42 @@ Not emulated: CORS preflight answers (the template configures none), payload for
 IAM authorizers, IAM-policy authorizer responses, stage variables, mutual TLS, the stage's and
 routes' request-rate throttles, and Lambda's own 6 MB invocation payload limit (API Gateway's
 10 MB request limit is kept).
-
-Request framing is read strictly, since a body whose end is guessed lets the next request hide in
-it: Content-Length is plain digits, chunk sizes plain hex on a bounded line, trailers bounded, and
-both headers together refused. Malformed framing is a 400, a body over the limit a 413 before it is
-read, a stalled body a 408; each closes the connection, and none is logged as more than its line.
 """
 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import math
 import os
 import re
-import socket
 import sys
 import threading
-import time
 import traceback
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, TextIO
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 from joinplane import clock
 
+from .api_routes import Authorizer, Route, routes_from_template, select_route
 from .functions import FunctionError, Functions, Throttled, report_failure
-from .template import Template, referenced_logical_id
+from .http_server import (
+    MAX_BODY_BYTES,
+    READ_TIMEOUT_SECONDS,
+    LocalHandler,
+    Request,
+    Response,
+    Server,
+    gateway_answer,
+    handler_class,
+)
+from .template import Template
 
-# API Gateway's request payload quota for HTTP APIs.
-MAX_BODY_BYTES = 10 * 1024 * 1024
-# Request framing (RFC 9112 §6-7), read strictly: a request whose body cannot be delimited
-# exactly is refused and its connection closed, because whatever follows on the connection can
-# no longer be told apart from the body (request smuggling).
-_DIGITS = re.compile(rb"[0-9]+")
-# chunk-size [ chunk-ext ] CRLF: hex digits only (no sign, no 0x, no underscores), extensions
-# ignored, CRLF required.
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]+)[ \t]*(?:;[^\r\n]*)?\r\n")
-# A chunk-size line, extensions included, and the whole trailer section are bounded; neither
-# counts towards the body, and neither is buffered past its bound.
-MAX_CHUNK_LINE_BYTES = 4096
-MAX_TRAILER_BYTES = 16 * 1024
-# A connection that sends nothing for this long is closed; a body stalled mid-way gets a 408.
-READ_TIMEOUT_SECONDS = 30.0
-# After refusing a request mid-body, the rest of what the client sends is read and thrown away
-# for up to this long, so that it reads the answer instead of a connection reset.
-_LINGER_SECONDS = 2.0
 # What a throttled client is told to wait.
 RETRY_AFTER_SECONDS = 1
-# Connections the kernel queues until the server accepts them: socketserver's default of 5 reset
-# most of a burst of 20 clients. The kernel caps it at net.core.somaxconn (4096 since Linux 5.4).
-LISTEN_BACKLOG = 1024
-IMPLICIT_API = "ServerlessHttpApi"
-# Route selection order (most specific first), after which a specific method beats ANY.
-_EXACT, _PARAMS, _GREEDY, _DEFAULT = range(4)
 # The order of the fields in API Gateway's own events.
 _EVENT_ORDER = (
     "version",
@@ -94,184 +71,12 @@ _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-def _message(status: int, message: str, function: str | None = None) -> Response:
-    """One of API Gateway's own answers, byte for byte (compact JSON)."""
-    body = json.dumps({"message": message}, separators=(",", ":")).encode()
-    return Response(status, [("content-type", "application/json")], body, function)
-
-
 def _throttled(function: str) -> Response:
     """A function at its concurrency limit: API Gateway's throttle answer, plus a `Retry-After`
     the deployed stage does not send (an invocation frees its slot within a second or so)."""
-    response = _message(429, "Too Many Requests", function)
+    response = gateway_answer(429, "Too Many Requests", function)
     response.headers.append(("retry-after", str(RETRY_AFTER_SECONDS)))
     return response
-
-
-@dataclass(frozen=True)
-class Authorizer:
-    name: str
-    function: str
-    identity_sources: tuple[str, ...]
-    ttl_seconds: int
-
-
-@dataclass(frozen=True)
-class Route:
-    api: str
-    method: str  # upper case; ANY matches every method
-    path: str  # as in the template, or "$default"
-    function: str
-    authorizer: Authorizer | None = None
-    _segments: tuple[str, ...] = field(default=(), repr=False)
-
-    @classmethod
-    def create(cls, api: str, method: str, path: str, function: str, authorizer: Authorizer | None) -> Route:
-        segments = () if path == "$default" else tuple(path.strip("/").split("/"))
-        return cls(api, method.upper(), path, function, authorizer, segments)
-
-    @property
-    def route_key(self) -> str:
-        return "$default" if self.path == "$default" else f"{self.method} {self.path}"
-
-    @property
-    def rank(self) -> tuple[int, int, int]:
-        if self.path == "$default":
-            kind = _DEFAULT
-        elif self._segments and self._segments[-1].endswith("+}"):
-            kind = _GREEDY
-        elif any(s.startswith("{") for s in self._segments):
-            kind = _PARAMS
-        else:
-            kind = _EXACT
-        literals = sum(not s.startswith("{") for s in self._segments)
-        return (kind, -literals, 1 if self.method == "ANY" else 0)
-
-    def match(self, method: str, segments: list[str]) -> dict[str, str] | None:
-        """Path parameters when this route takes the request, else None."""
-        if self.method not in ("ANY", method):
-            return None
-        if self.path == "$default":
-            return {}
-        params: dict[str, str] = {}
-        for index, pattern in enumerate(self._segments):
-            if pattern.startswith("{") and pattern.endswith("+}"):
-                rest = segments[index:]
-                if not rest or rest == [""]:
-                    return None
-                params[pattern[1:-2]] = unquote("/".join(rest))
-                return params
-            if index >= len(segments):
-                return None
-            if pattern.startswith("{") and pattern.endswith("}"):
-                if segments[index] == "":
-                    return None
-                params[pattern[1:-1]] = unquote(segments[index])
-            elif unquote(segments[index]) != pattern:
-                return None
-        return params if len(segments) == len(self._segments) else None
-
-
-@dataclass
-class Request:
-    method: str
-    raw_path: str
-    raw_query: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    source_ip: str = "127.0.0.1"
-    protocol: str = "HTTP/1.1"
-
-    def header(self, name: str) -> str | None:
-        values = [v for k, v in self.headers if k.lower() == name.lower()]
-        return ",".join(values) if values else None
-
-
-@dataclass
-class Response:
-    status: int
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
-    function: str | None = None  # for the request log line
-
-    @classmethod
-    def json(cls, status: int, document: Any) -> Response:
-        return cls(status, [("content-type", "application/json")], json.dumps(document).encode())
-
-
-LocalHandler = Callable[[Request, "re.Match[str]"], Response]
-
-
-# --- the template's routes ---------------------------------------------------------------
-
-
-def _api_properties(template: Template, api: str) -> dict[str, Any]:
-    merged = dict(template.document.get("Globals", {}).get("HttpApi", {}))
-    merged.update(template.resources.get(api, {}).get("Properties", {}))
-    return merged
-
-
-def _identity_sources(identity: dict[str, Any]) -> tuple[str, ...]:
-    sources = [f"$request.header.{h}" for h in identity.get("Headers", [])]
-    sources += [f"$request.querystring.{q}" for q in identity.get("QueryStrings", [])]
-    sources += [f"$context.{c}" for c in identity.get("Context", [])]
-    sources += [f"$stageVariables.{s}" for s in identity.get("StageVariables", [])]
-    return tuple(sources)
-
-
-def _authorizer(template: Template, api: str, name: str) -> Authorizer:
-    definitions = _api_properties(template, api).get("Auth", {}).get("Authorizers", {})
-    if name not in definitions:
-        raise ValueError(f"{api}: route authorizer {name!r} is not in Auth.Authorizers")
-    definition = definitions[name]
-    if "JwtConfiguration" in definition or "FunctionArn" not in definition:
-        raise ValueError(f"{api}.{name}: only Lambda authorizers are emulated")
-    if str(definition.get("AuthorizerPayloadFormatVersion", "2.0")) != "2.0":
-        raise ValueError(f"{api}.{name}: only AuthorizerPayloadFormatVersion 2.0 is emulated")
-    if not definition.get("EnableSimpleResponses", False):
-        raise ValueError(f"{api}.{name}: only EnableSimpleResponses: true is emulated")
-    function = referenced_logical_id(definition["FunctionArn"], "Arn")
-    if function is None:
-        raise ValueError(f"{api}.{name}: FunctionArn must be !GetAtt <Function>.Arn of this template")
-    # SAM's defaults: the Authorization header, results cached for 300 s.
-    identity = definition.get("Identity", {"Headers": ["Authorization"]})
-    ttl = int(template.resolve(identity.get("ReauthorizeEvery", 300)))
-    return Authorizer(name, function, _identity_sources(identity), ttl)
-
-
-def routes_from_template(template: Template, functions: Functions) -> list[Route]:
-    routes: list[Route] = []
-    for logical_id, spec in functions.specs.items():
-        for event_name, event in spec.events.items():
-            if event.get("Type") != "HttpApi":
-                continue
-            props = event.get("Properties") or {}
-            api = IMPLICIT_API
-            if "ApiId" in props:
-                api = referenced_logical_id(props["ApiId"], "ApiId") or str(props["ApiId"])
-            if str(props.get("PayloadFormatVersion", "2.0")) != "2.0":
-                raise ValueError(f"{logical_id}.{event_name}: only PayloadFormatVersion 2.0 is emulated")
-            path = str(template.resolve(props.get("Path", "$default")))
-            method = str(template.resolve(props.get("Method", "ANY")))
-            auth_name = (props.get("Auth") or {}).get("Authorizer") or (
-                _api_properties(template, api).get("Auth", {}).get("DefaultAuthorizer")
-            )
-            authorizer = None if auth_name in (None, "NONE") else _authorizer(template, api, auth_name)
-            if authorizer is not None and authorizer.function not in functions.specs:
-                raise ValueError(f"{logical_id}.{event_name}: no function {authorizer.function}")
-            routes.append(Route.create(api, method, path, logical_id, authorizer))
-    return sorted(routes, key=lambda r: (r.path, r.method))
-
-
-def select_route(routes: list[Route], method: str, raw_path: str) -> tuple[Route, dict[str, str]] | None:
-    segments = raw_path.strip("/").split("/") if raw_path.strip("/") else []
-    matches = [(r, p) for r in routes if (p := r.match(method, segments)) is not None]
-    if not matches:
-        return None
-    return min(matches, key=lambda m: m[0].rank)
-
-
-# --- the gateway -------------------------------------------------------------------------
 
 
 class Gateway:
@@ -321,7 +126,7 @@ class Gateway:
         `start()`, a client's connect is refused (it can retry) rather than served by a system
         that is not ready (and whose refusals the authorizer cache would keep)."""
         if self._server is None:
-            server = _Server((self.host, self.port), _handler_class(self), bind_and_activate=False)
+            server = Server((self.host, self.port), handler_class(self), bind_and_activate=False)
             server.log = self.log
             try:
                 server.server_bind()
@@ -368,7 +173,7 @@ class Gateway:
             response = self._dispatch(request, request_id)
         except Exception:
             traceback.print_exc(file=self.log)
-            response = _message(500, "Internal Server Error")
+            response = gateway_answer(500, "Internal Server Error")
         response.headers.append(("apigw-requestid", request_id))
         return response
 
@@ -378,10 +183,10 @@ class Gateway:
             if found and method == request.method:
                 return handler(request, found)
         if len(request.body) > MAX_BODY_BYTES:
-            return _message(413, "Request Entity Too Large")
+            return gateway_answer(413, "Request Entity Too Large")
         selected = select_route(self.routes, request.method, request.raw_path)
         if selected is None:
-            return _message(404, "Not Found")
+            return gateway_answer(404, "Not Found")
         route, params = selected
         now = clock.epoch()
         event = self._base_event(route, params, request, request_id, now)
@@ -404,7 +209,7 @@ class Gateway:
             return _throttled(route.function)
         except FunctionError as error:
             report_failure(route.function, error, self.log)
-            response = _message(500, "Internal Server Error")
+            response = gateway_answer(500, "Internal Server Error")
         else:
             response = self._convert(route.function, result)
         response.function = route.function
@@ -494,7 +299,7 @@ class Gateway:
         present = [v for v in values if v]
         if len(present) != len(values):
             # API Gateway answers this itself, without invoking the authorizer.
-            return _message(401, "Unauthorized"), None
+            return gateway_answer(401, "Unauthorized"), None
         key = (authorizer.name, tuple(present))
         now = clock.epoch()
         with self._cache_lock:
@@ -518,7 +323,7 @@ class Gateway:
                 return _throttled(authorizer.function), None  # never cached: nothing was decided
             except FunctionError as error:
                 report_failure(authorizer.function, error, self.log)
-                return _message(500, "Internal Server Error", authorizer.function), None
+                return gateway_answer(500, "Internal Server Error", authorizer.function), None
             if authorizer.ttl_seconds > 0:
                 with self._cache_lock:
                     self._cache[key] = (now + authorizer.ttl_seconds, result)
@@ -527,9 +332,9 @@ class Gateway:
                 f"[ERROR] {authorizer.function}: a simple authorizer response needs a boolean isAuthorized",
                 file=self.log,
             )
-            return _message(500, "Internal Server Error", authorizer.function), None
+            return gateway_answer(500, "Internal Server Error", authorizer.function), None
         if not result["isAuthorized"]:
-            return _message(403, "Forbidden", authorizer.function), None
+            return gateway_answer(403, "Forbidden", authorizer.function), None
         return None, {"lambda": result.get("context")}
 
     def _convert(self, function: str, result: Any) -> Response:
@@ -550,14 +355,14 @@ class Gateway:
             problem = "body must be a string"
         if problem is not None:
             print(f"[ERROR] {function}: malformed Lambda proxy response: {problem}", file=self.log)
-            return _message(500, "Internal Server Error")
+            return gateway_answer(500, "Internal Server Error")
         payload = (body or "").encode()
         if result.get("isBase64Encoded") and body:
             try:
                 payload = base64.b64decode(body, validate=True)
             except ValueError:
                 print(f"[ERROR] {function}: isBase64Encoded body is not base64", file=self.log)
-                return _message(500, "Internal Server Error")
+                return gateway_answer(500, "Internal Server Error")
         pairs = [(str(k).lower(), _header_value(v)) for k, v in headers.items()]
         if not any(k == "content-type" for k, _ in pairs):
             pairs.append(("content-type", "text/plain; charset=utf-8"))
@@ -586,7 +391,7 @@ class Gateway:
                 or seconds <= 0
                 or document.keys() != {"advanceSeconds"}
             ):
-                return _message(
+                return gateway_answer(
                     400,
                     'body must be {"advanceSeconds": N} with N a positive number, '
                     'or {"reset": true} to go back to the real time',
@@ -600,244 +405,3 @@ def _header_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-# --- HTTP plumbing -----------------------------------------------------------------------
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-    # Idle keep-alive connections must not hold up shutdown.
-    block_on_close = False
-    allow_reuse_address = True
-    log: TextIO = sys.stderr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that goes away mid-request is not an error of ours; anything else is a bug
-        # worth its traceback, in the runtime's log rather than on bare stderr.
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            return
-        print(f"[ERROR] serving a request from {client_address[0]}:", file=self.log)
-        traceback.print_exc(file=self.log)
-
-
-class _Refused(Exception):
-    """The request cannot be read: answer this and close the connection."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
-        self.response = response
-
-
-def _bad_request() -> _Refused:
-    return _Refused(_message(400, "Bad Request"))
-
-
-def _too_large() -> _Refused:
-    return _Refused(_message(413, "Request Entity Too Large"))
-
-
-@dataclass(frozen=True)
-class _Framing:
-    chunked: bool
-    length: int = 0
-
-
-def request_framing(content_length: list[str], transfer_encoding: list[str], cap: int) -> _Framing:
-    """How the body is delimited, from every Content-Length and Transfer-Encoding header value.
-
-    Raises `_Refused`: 400 for framing that is malformed or ambiguous (both headers, a length
-    that is not digits, lengths that disagree, chunked not the last coding), 501 for a transfer
-    coding other than chunked, 413 for a declared length over `cap`.
-    """
-    if transfer_encoding:
-        if content_length:
-            # RFC 9112 §6.3 lets a server reject this rather than guess; a proxy that guessed
-            # the other way is how requests get smuggled.
-            raise _bad_request()
-        codings = [c.strip().lower() for value in transfer_encoding for c in value.split(",")]
-        if codings == ["chunked"]:
-            return _Framing(chunked=True)
-        if codings[-1] != "chunked":
-            raise _bad_request()  # the body's end cannot be found
-        raise _Refused(_message(501, "Not Implemented"))
-    if not content_length:
-        return _Framing(chunked=False)
-    values = {v.strip() for value in content_length for v in value.split(",")}
-    if not all(_DIGITS.fullmatch(v.encode()) for v in values):
-        raise _bad_request()  # a sign, spaces, underscores, other digits than 0-9, or nothing
-    lengths = {v.lstrip("0") or "0" for v in values}
-    if len(lengths) != 1:
-        raise _bad_request()
-    (digits,) = lengths
-    # Compared as digit strings first: int() refuses strings of more than 4300 digits.
-    if len(digits) > len(str(cap)) or int(digits) > cap:
-        raise _too_large()
-    return _Framing(chunked=False, length=int(digits))
-
-
-def _read_exactly(rfile: io.BufferedIOBase, size: int) -> bytes:
-    data = rfile.read(size)
-    if len(data) != size:
-        raise _bad_request()  # the client ended the body early
-    return data
-
-
-def read_chunked(rfile: io.BufferedIOBase, cap: int) -> bytes:
-    """A chunked body of at most `cap` bytes, read strictly; raises `_Refused`."""
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        line = rfile.readline(MAX_CHUNK_LINE_BYTES + 1)
-        found = _CHUNK_SIZE.fullmatch(line)
-        if found is None:
-            raise _bad_request()  # not hex, too long, a bare LF, or the connection ended
-        digits = found[1].lstrip(b"0") or b"0"
-        # Refused before any of the chunk is read; int() of a short hex string is cheap.
-        if len(digits) > 16 or total + int(digits, 16) > cap:
-            raise _too_large()
-        size = int(digits, 16)
-        if size == 0:
-            break
-        chunks.append(_read_exactly(rfile, size))
-        total += size
-        if _read_exactly(rfile, 2) != b"\r\n":
-            raise _bad_request()
-    budget = MAX_TRAILER_BYTES
-    while True:  # trailer fields: bounded, read and dropped
-        line = rfile.readline(budget + 1)
-        budget -= len(line)
-        if line == b"\r\n":
-            return b"".join(chunks)
-        if budget < 0 or not line.endswith(b"\r\n") or b":" not in line or line[:1] in b" \t":
-            raise _bad_request()
-
-
-def _handler_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        _linger = False
-
-        def setup(self) -> None:
-            super().setup()
-            self.connection.settimeout(gateway.read_timeout)
-
-        def finish(self) -> None:
-            try:
-                super().finish()
-            finally:
-                if self._linger:
-                    _drain(self.connection)
-
-        def parse_request(self) -> bool:
-            # `GET /path` alone is HTTP/0.9 (no headers, no status line): refused at once, not
-            # after waiting for headers that such a client never sends.
-            words = bytes(getattr(self, "raw_requestline", b"")).split()
-            if len(words) == 2 and words[0] == b"GET":
-                self.command = "GET"
-                self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED)
-                return False
-            return super().parse_request()
-
-        def _framing(self) -> _Framing:
-            return request_framing(
-                self.headers.get_all("Content-Length") or [],
-                self.headers.get_all("Transfer-Encoding") or [],
-                MAX_BODY_BYTES,
-            )
-
-        def handle_expect_100(self) -> bool:
-            # Refuse an oversized or malformed body before the client sends it.
-            try:
-                self._framing()
-            except _Refused as refused:
-                self._reply(refused.response, time.monotonic(), close=True)
-                return False
-            return super().handle_expect_100()
-
-        def _read_body(self) -> bytes:
-            framing = self._framing()
-            if framing.chunked:
-                return read_chunked(self.rfile, MAX_BODY_BYTES)
-            return _read_exactly(self.rfile, framing.length) if framing.length else b""
-
-        def _serve(self) -> None:
-            started = time.monotonic()
-            try:
-                body = self._read_body()
-            except _Refused as refused:
-                self._linger = True
-                self._reply(refused.response, started, close=True)
-                return
-            except TimeoutError:
-                self._linger = True
-                self._reply(_message(408, "Request Timeout"), started, close=True)
-                return
-            path, _, query = self.path.partition("?")
-            request = Request(
-                method=self.command,
-                raw_path=path,
-                raw_query=query,
-                headers=list(self.headers.items()),
-                body=body,
-                source_ip=self.client_address[0],
-                protocol=self.request_version,
-            )
-            self._reply(gateway.handle(request), started)
-
-        def _reply(self, response: Response, started: float, close: bool = False) -> None:
-            self.send_response_only(response.status)
-            # The local clock's time, as API Gateway's Date is its own: a client correcting its
-            # skew must see the clock the functions judge by. A function's own Date is dropped.
-            self.send_header("Date", self.date_time_string(clock.epoch()))
-            for name, value in response.headers:
-                if name not in ("content-length", "connection", "transfer-encoding", "date"):
-                    self.send_header(name, value)
-            self.send_header("Content-Length", str(len(response.body)))
-            if close:
-                self.close_connection = True
-                self.send_header("Connection", "close")
-            # Logged before anything goes out, so the line exists once the client has its answer.
-            elapsed = (time.monotonic() - started) * 1000
-            via = f" ({response.function})" if response.function else ""
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            path = getattr(self, "path", "").partition("?")[0]
-            line = f"{stamp} {self.command} {path} {response.status} {elapsed:.1f} ms{via}"
-            print(line, file=gateway.log, flush=True)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(response.body)
-
-        # Every method reaches routing, so one no route has is API Gateway's 404, never a 501.
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
-        do_TRACE = do_CONNECT = do_QUERY = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # one line per request comes from _reply
-
-        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-            # Malformed requests get API Gateway's JSON error shape rather than http.server's HTML.
-            try:
-                phrase = HTTPStatus(code).phrase
-            except ValueError:
-                phrase = "Error"
-            # An unparseable request line leaves http.server assuming HTTP/0.9, which would send
-            # the body alone, without a status line.
-            self.request_version = self.protocol_version
-            self._reply(_message(code, phrase), time.monotonic(), close=True)
-
-    return Handler
-
-
-def _drain(connection: socket.socket) -> None:
-    """Close our side, then read and drop what the client still sends, for a bounded time."""
-    deadline = time.monotonic() + _LINGER_SECONDS
-    try:
-        connection.shutdown(socket.SHUT_WR)
-        while (remaining := deadline - time.monotonic()) > 0:
-            connection.settimeout(remaining)
-            if not connection.recv(65536):
-                return
-    except OSError:  # reset, timed out, already closed: nothing more to do
-        pass

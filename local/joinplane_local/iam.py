@@ -7,21 +7,9 @@ noticed). This module evaluates the template's own statements for each call a fu
 at call time, and refuses what IAM would refuse with IAM's error (`AccessDeniedException`), whose
 message names the statement to add.
 
-What is evaluated, as IAM does it:
-- Action (wildcards), Resource (the table's ARN, `<table>/index/<name>` for a query of an index,
-  a KMS key's or alias's ARN), explicit Deny before Allow.
-- DynamoDB: a transaction is authorized action by action (Put, Update, Delete as PutItem,
-  UpdateItem, DeleteItem, a ConditionCheck as ConditionCheckItem, with
-  `dynamodb:EnclosingOperation` = TransactWriteItems); `dynamodb:LeadingKeys` is the partition key
-  value (of the index, for a query of an index; every key's, for BatchGetItem);
-  `dynamodb:Attributes` the top-level attribute names a write names (the item's, and those of its
-  update and condition expressions: IAM cannot tell an attribute read by a condition from one
-  written); `dynamodb:ReturnValues`.
-- KMS: `aws:ResourceTag/<key>`, `kms:KeySpec`, `kms:KeyUsage` of the key a call names;
-  `aws:RequestTag/<key>`, `aws:TagKeys` of a CreateKey (which also needs kms:TagResource for its
-  tags) ; a CreateAlias needs the alias and the key.
-- Condition operators String(Not)Equals, String(Not)Like, with `ForAllValues:`/`ForAnyValue:` and
-  `...IfExists`; a missing key makes ForAllValues true and a plain operator false, as in IAM.
+What is evaluated is IAM's own logic: the statements and the decision in `iam_policy`, what each
+DynamoDB and KMS call asks for (action, resource, condition keys) in `iam_requests`; this module
+runs them around each call a function's clients make and records the outcome.
 
 Who is acting is the function whose handler runs (`acting_as`, set around each invocation); calls
 made outside any handler (a test's setup, the local runtime's own workers) are not checked. Other
@@ -34,17 +22,17 @@ call) still fails the test that caused it.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .iam_policy import ContextValue, Request, Statement, decide, like, statements_of
+from .iam_requests import dynamodb_requests, kms_requests
 from .template import Names, Template, load
 
 FUNCTION_TYPE = "AWS::Serverless::Function"
@@ -76,277 +64,6 @@ def acting(logical_id: str, handler: F) -> F:
     return run  # type: ignore[return-value]
 
 
-# --- statements ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Condition:
-    operator: str  # as written, e.g. ForAllValues:StringLike
-    key: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Statement:
-    function: str
-    index: int  # position among the function's statements, from 0
-    effect: str
-    actions: tuple[str, ...]
-    resources: tuple[str, ...]
-    conditions: tuple[Condition, ...]
-    source: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
-
-    def __post_init__(self) -> None:
-        # IAM matches actions case-insensitively: compared lower-cased on both sides.
-        object.__setattr__(self, "actions", tuple(a.lower() for a in self.actions))
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else (str(value),)
-
-
-def statements_of(template: Template, logical_id: str) -> list[Statement]:
-    """The function's inline policy statements, intrinsics resolved with the template's names. A
-    policy form this module cannot read (a SAM policy template, a managed policy) is an error:
-    its grants would go unchecked."""
-    props = template.resources[logical_id].get("Properties", {})
-    statements: list[Statement] = []
-    for policy in props.get("Policies") or []:
-        if not isinstance(policy, dict) or set(policy) != {"Statement"}:
-            raise ValueError(
-                f"{logical_id}: only inline `- Statement:` policies are evaluated, not {policy!r}"
-            )
-        for raw in policy["Statement"]:
-            resolved = template.resolve(raw)
-            if "NotAction" in resolved or "NotResource" in resolved:
-                raise ValueError(f"{logical_id}: NotAction/NotResource are not evaluated")
-            conditions = tuple(
-                Condition(operator, key, _strings(values))
-                for operator, block in (resolved.get("Condition") or {}).items()
-                for key, values in block.items()
-            )
-            statements.append(
-                Statement(
-                    function=logical_id,
-                    index=len(statements),
-                    effect=str(resolved.get("Effect", "Allow")),
-                    actions=_strings(resolved["Action"]),
-                    resources=_strings(resolved["Resource"]),
-                    conditions=conditions,
-                    source=raw,
-                )
-            )
-    return statements
-
-
-# --- requests -----------------------------------------------------------------------------------
-
-
-ContextValue = str | tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Request:
-    """One authorization IAM makes: an action on a resource, with the request's condition keys."""
-
-    action: str
-    resource: str
-    context: Mapping[str, ContextValue]
-
-    @property
-    def leading_keys(self) -> tuple[str, ...]:
-        value = self.context.get("dynamodb:LeadingKeys", ())
-        return (value,) if isinstance(value, str) else value
-
-
-@functools.cache
-def _matcher(pattern: str) -> Callable[[str], Any]:
-    return re.compile(fnmatch.translate(pattern.replace("[", "[[]"))).match
-
-
-def _like(pattern: str, value: str) -> bool:
-    """IAM's StringLike: `*` any run of characters (`/` and `#` too), `?` one character."""
-    return pattern == value or (("*" in pattern or "?" in pattern) and _matcher(pattern)(value) is not None)
-
-
-def _matches_action(pattern: str, action: str) -> bool:
-    """Actions are case-insensitive; both sides are lower-cased where they are made."""
-    return _like(pattern, action)
-
-
-_BASE = {
-    "StringEquals": lambda p, v: p == v,
-    "StringLike": _like,
-    "StringNotEquals": lambda p, v: p == v,
-    "StringNotLike": _like,
-}
-
-
-def _holds(condition: Condition, context: Mapping[str, ContextValue]) -> bool:
-    operator = condition.operator
-    quantifier, _, base = operator.rpartition(":")
-    if_exists = base.endswith("IfExists")
-    base = base.removesuffix("IfExists")
-    if base not in _BASE or quantifier not in ("", "ForAllValues", "ForAnyValue"):
-        raise ValueError(f"condition operator {operator!r} is not evaluated")
-    negated = "Not" in base
-    match = _BASE[base]
-    value = context.get(condition.key)
-    if value is None:  # condition keys are case-insensitive
-        wanted = condition.key.lower()
-        value = next((v for k, v in context.items() if k.lower() == wanted), None)
-    if value is None:
-        if quantifier == "ForAllValues" or if_exists:
-            return True
-        return negated and quantifier == ""
-    values = (value,) if isinstance(value, str) else value
-
-    def one(v: str) -> bool:
-        hit = any(match(p, v) for p in condition.values)
-        return not hit if negated else hit
-
-    if quantifier == "ForAllValues":
-        return all(one(v) for v in values)
-    if quantifier == "ForAnyValue":
-        return any(one(v) for v in values)
-    if not isinstance(value, str):
-        raise ValueError(
-            f"{condition.key} has several values here: {operator} needs ForAllValues: or ForAnyValue:"
-        )
-    return one(value)
-
-
-def _applies(statement: Statement, request: Request) -> bool:
-    action = request.action.lower()
-    return (
-        any(_matches_action(a, action) for a in statement.actions)
-        and any(_like(r, request.resource) for r in statement.resources)
-        and all(_holds(c, request.context) for c in statement.conditions)
-    )
-
-
-def decide(statements: Sequence[Statement], request: Request) -> Statement | None:
-    """The statement that allows `request`, or None when IAM would refuse it."""
-    allowed: Statement | None = None
-    for statement in statements:
-        if _applies(statement, request):
-            if statement.effect == "Deny":
-                return None
-            allowed = allowed or statement
-    return allowed
-
-
-# --- what a call asks for -----------------------------------------------------------------------
-
-_WORD = re.compile(r"(?<![.\w#:\[])(#?[A-Za-z_][\w-]*)(\s*\()?")
-_KEYWORDS = frozenset({"and", "or", "not", "between", "in", "set", "remove", "add", "delete"})
-
-
-def expression_attributes(expression: str | None, names: Mapping[str, str] | None) -> set[str]:
-    """The top-level attribute names an expression names (placeholders resolved)."""
-    if not expression:
-        return set()
-    return {(names or {}).get(word, word) for word in _expression_words(expression)}
-
-
-@functools.lru_cache(maxsize=4096)
-def _expression_words(expression: str) -> frozenset[str]:
-    """The words of an expression that name attributes (`#placeholders` unresolved): the dal
-    writes a few dozen expressions, each parsed once."""
-    return frozenset(
-        word for word, call in _WORD.findall(expression) if not call and word.lower() not in _KEYWORDS
-    )
-
-
-# The partition key attribute of the table and of each index (template.yaml's key schema).
-PARTITION_KEYS = {None: "pk", "gsi1": "gsi1pk", "gsi2": "gsi2pk"}
-
-
-def _scalar(value: Mapping[str, Any]) -> str:
-    (kind, raw), *_ = value.items()
-    return str(raw) if kind in ("S", "N") else repr(raw)
-
-
-def _write_context(
-    operation: str, action: Mapping[str, Any], pk: str, enclosing: str | None
-) -> dict[str, ContextValue]:
-    names = action.get("ExpressionAttributeNames")
-    attributes = set(action.get("Item") or {})
-    attributes |= expression_attributes(action.get("UpdateExpression"), names)
-    attributes |= expression_attributes(action.get("ConditionExpression"), names)
-    context: dict[str, ContextValue] = {"dynamodb:LeadingKeys": (pk,)}
-    if attributes:
-        context["dynamodb:Attributes"] = tuple(sorted(attributes))
-    if action.get("ReturnValues"):
-        context["dynamodb:ReturnValues"] = str(action["ReturnValues"])
-    if enclosing:
-        context["dynamodb:EnclosingOperation"] = enclosing
-    return context
-
-
-def dynamodb_requests(operation: str, params: Mapping[str, Any], names: Names) -> list[Request]:
-    def table_arn(table: str) -> str:
-        return f"arn:aws:dynamodb:{names.region}:{names.account}:table/{table}"
-
-    def pk_of(action: Mapping[str, Any]) -> str:
-        key = action.get("Item") or action.get("Key") or {}
-        return _scalar(key["pk"]) if "pk" in key else ""
-
-    if operation in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
-        arn = table_arn(params["TableName"])
-        if operation == "GetItem":
-            return [Request(f"dynamodb:{operation}", arn, {"dynamodb:LeadingKeys": (pk_of(params),)})]
-        return [Request(f"dynamodb:{operation}", arn, _write_context(operation, params, pk_of(params), None))]
-    if operation == "TransactWriteItems":
-        kinds = {
-            "Put": "PutItem",
-            "Update": "UpdateItem",
-            "Delete": "DeleteItem",
-            "ConditionCheck": "ConditionCheckItem",
-        }
-        requests = []
-        for entry in params["TransactItems"]:
-            ((kind, action),) = entry.items()
-            requests.append(
-                Request(
-                    f"dynamodb:{kinds[kind]}",
-                    table_arn(action["TableName"]),
-                    _write_context(kinds[kind], action, pk_of(action), "TransactWriteItems"),
-                )
-            )
-        return requests
-    if operation == "BatchGetItem":
-        return [
-            Request(
-                "dynamodb:BatchGetItem",
-                table_arn(table),
-                {"dynamodb:LeadingKeys": tuple(sorted({pk_of({"Key": k}) for k in spec["Keys"]}))},
-            )
-            for table, spec in params["RequestItems"].items()
-        ]
-    if operation == "Query":
-        index = params.get("IndexName")
-        arn = table_arn(params["TableName"]) + (f"/index/{index}" if index else "")
-        partition = PARTITION_KEYS.get(index, f"{index}pk")
-        attribute_names = params.get("ExpressionAttributeNames") or {}
-        values = params.get("ExpressionAttributeValues") or {}
-        leading: tuple[str, ...] = ()
-        for left, right in re.findall(r"(#?\w+)\s*=\s*(:\w+)", params.get("KeyConditionExpression", "")):
-            if attribute_names.get(left, left) == partition and right in values:
-                leading = (_scalar(values[right]),)
-        if not leading:
-            # IAM's ForAllValues would hold over no key at all: refuse to guess instead.
-            raise ValueError(
-                f"no equality on {partition} in KeyConditionExpression "
-                f"{params.get('KeyConditionExpression')!r}"
-            )
-        return [Request("dynamodb:Query", arn, {"dynamodb:LeadingKeys": leading})]
-    # Scan, TransactGetItems, BatchWriteItem, table management: no item-level keys modelled; the
-    # action on the table must be granted outright.
-    table = params.get("TableName") or next(iter(params.get("RequestItems") or {"*": None}))
-    return [Request(f"dynamodb:{operation}", table_arn(str(table)), {})]
-
-
 class KeyFacts:
     """What IAM knows of a KMS key when a call names it (tags, spec, usage), read once per key
     with an unchecked call: a key's tags and spec never change here."""
@@ -374,33 +91,6 @@ class KeyFacts:
         return facts
 
 
-def kms_requests(
-    operation: str, params: Mapping[str, Any], names: Names, client: Any, keys: KeyFacts
-) -> list[Request]:
-    action = f"kms:{operation}"
-    if operation == "CreateKey":
-        tags = {str(t["TagKey"]): str(t["TagValue"]) for t in params.get("Tags") or []}
-        context: dict[str, ContextValue] = {f"aws:RequestTag/{k}": v for k, v in tags.items()}
-        if tags:
-            context["aws:TagKeys"] = tuple(sorted(tags))
-        context["kms:KeySpec"] = str(params.get("KeySpec", "SYMMETRIC_DEFAULT"))
-        context["kms:KeyUsage"] = str(params.get("KeyUsage", "ENCRYPT_DECRYPT"))
-        requests = [Request(action, "*", context)]
-        if tags:
-            tag_context = {k: v for k, v in context.items() if k.startswith("aws:")}
-            new_key = f"arn:aws:kms:{names.region}:{names.account}:key/*"
-            requests.append(Request("kms:TagResource", new_key, tag_context))
-        return requests
-    if operation == "CreateAlias":
-        alias = f"arn:aws:kms:{names.region}:{names.account}:{params['AliasName']}"
-        key_arn, key_context = keys.of(client, str(params["TargetKeyId"]), names)
-        return [Request(action, alias, {}), Request(action, key_arn, key_context)]
-    if "KeyId" in params:
-        key_arn, key_context = keys.of(client, str(params["KeyId"]), names)
-        return [Request(action, key_arn, key_context)]
-    return [Request(action, "*", {})]
-
-
 # --- the record ---------------------------------------------------------------------------------
 
 
@@ -424,7 +114,7 @@ def _pattern(statement: Statement | None, key: str) -> str:
         for condition in statement.conditions:
             if condition.key.lower() == "dynamodb:leadingkeys":
                 for pattern in condition.values:
-                    if _like(pattern, key):
+                    if like(pattern, key):
                         return pattern
     return key_prefix(key) + "*"
 
@@ -483,7 +173,7 @@ def grant_hint(function: str, request: Request) -> str:
     if request.action.lower() == "kms:schedulekeydeletion" and function != "RetentionFunction":
         return (
             "do not grant it: only the retention job deletes KMS keys (docs/pki.md); record the key "
-            "as abandoned instead (joinplane.ca.schedule_key_deletion)"
+            "as abandoned instead (joinplane.ca_keys.schedule_key_deletion)"
         )
     lines = [
         f"add to {function}'s Policies in template.yaml (or widen its statement for this kind of item):",

@@ -31,10 +31,14 @@ from joinplane import container
 
 from . import emulator as embedded
 from . import iam
+from .api_routes import Route
+from .event_rules import QUEUE_WAIT_SECONDS
 from .functions import DEFAULT_CONCURRENCY, Functions
-from .gateway import Gateway, Route
+from .gateway import Gateway
+from .stream_poller import STREAM_POLL_SECONDS
 from .template import REGION, TEMPLATE, Names, Template, create_resources, load
-from .workers import QUEUE_WAIT_SECONDS, STREAM_POLL_SECONDS, ClientFactory, Workers
+from .worker_loop import ClientFactory
+from .workers import Workers
 
 Mode = Literal["embedded", "endpoint", "aws"]
 MODES: tuple[Mode, ...] = ("embedded", "endpoint", "aws")

@@ -1,6 +1,6 @@
 """EventBridge API destinations, emulated: the template's `AWS::Events::Rule` targets that are an
 `AWS::Events::ApiDestination` (the operators' webhook), read from the template and delivered the
-way EventBridge delivers them. The loop that drains the rule's queue is `workers.ApiDestinationConsumer`;
+way EventBridge delivers them. The loop that drains the rule's queue is `event_rules.ApiDestinationConsumer`;
 this module holds what it applies to each event:
 
 - the input transformer (`transform`), by EventBridge's documented rules

@@ -25,6 +25,8 @@ FOUNDATION = {
 DIALECTS = {"http", "operator_api", "join_wire", "clusters.sylve_wire"}
 # Decisions over facts handed to them: no clock, no AWS, no table.
 PURE = {"join_decide", "attestors", "grants", "hardware", "clusters.inventory"}
+# The certificate code: the only modules that import `cryptography` when they are imported.
+CERTIFICATE_CODE = {"ca", "ca_keys", "csr_checks", "machine_certificates"}
 
 
 @dataclass(frozen=True)
@@ -162,14 +164,27 @@ def test_views_are_for_type_checkers_and_the_openapi_generator_only() -> None:
                 assert imported.where == "type-checking", f"{path} imports views at run time"
 
 
+def test_event_details_are_for_type_checkers_and_the_schema_generator_only() -> None:
+    # The detail types carry pydantic's annotations: the publisher's cold start never pays for them,
+    # and no function loads the schema generator.
+    details = {"event_details", "admin_event_details"}
+    sources = [*MODULES.items(), *((str(p), p) for p in FUNCTIONS.rglob("app.py"))]
+    for name, path in sources:
+        for imported in imports_of(path):
+            if imported.module in details and name not in {*details, "event_schemas"}:
+                assert imported.where == "type-checking", f"{name} imports {imported.module} at run time"
+            assert imported.module != "event_schemas", f"{name} imports the schema generator"
+    assert not {*details, "event_schemas"} & set(import_closure("events"))
+
+
 def test_cryptography_loads_only_with_the_certificate_code() -> None:
-    # Cold start: only ca.py imports cryptography when it is imported; others (proof, tpm_allow)
-    # import it inside the function that needs it.
+    # Cold start: only the certificate code imports cryptography when it is imported; others (proof,
+    # tpm_allow) import it inside the function that needs it.
     for name, path in MODULES.items():
         at_import = [
             i for i in imports_of(path) if i.module.startswith("cryptography") and i.where == "module"
         ]
-        assert name == "ca" or not at_import, f"{name} imports cryptography at module level"
+        assert name in CERTIFICATE_CODE or not at_import, f"{name} imports cryptography at module level"
 
 
 @pytest.mark.parametrize("app", sorted(FUNCTIONS.rglob("app.py")), ids=lambda p: p.parent.name)

@@ -14,7 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from joinplane import ca, clock
+from joinplane import ca, clock, csr_checks, machine_certificates
 from joinplane.errors import FailedPrecondition, InvalidArgument
 from tests.support.csr import Csrs, OpensslTool, openssl
 
@@ -26,13 +26,13 @@ THIRTY_DAYS = 30 * 24 * 3600
 
 def issue(
     csr_pem: str, *, tenant: str = TENANT, pool: str = POOL, machine: str = "mach_01", lifetime: int = 3600
-) -> ca.IssuedCertificate:
-    return ca.issue_machine_certificate(
+) -> machine_certificates.IssuedCertificate:
+    return machine_certificates.issue_machine_certificate(
         tenant_id=tenant,
         site_id="s1",
         pool_id=pool,
         machine_id=machine,
-        csr=ca.parse_csr(csr_pem),
+        csr=csr_checks.parse_csr(csr_pem),
         lifetime_seconds=lifetime,
     )
 
@@ -57,7 +57,7 @@ def spki(csr_pem: str) -> bytes:
 
 def rejected(csr_pem: str) -> str:
     with pytest.raises(InvalidArgument) as raised:
-        ca.parse_csr(csr_pem)
+        csr_checks.parse_csr(csr_pem)
     return raised.value.message
 
 
@@ -80,7 +80,7 @@ def test_allowed_key_types_parse_and_their_join_identity_is_the_spki_sha256(
     # Given a CSR made by openssl with an allowed key
     csr_pem = csrs[kind].pem
     # When it is parsed
-    parsed = ca.parse_csr(csr_pem)
+    parsed = csr_checks.parse_csr(csr_pem)
     # Then the key is accepted, and the join identity is what the machine computes with openssl alone
     assert parsed.key_type == key_type
     assert parsed.public_key_sha256 == ossl.spki_sha256(csr_pem)
@@ -192,7 +192,10 @@ def test_a_certificate_is_not_a_csr(csrs: Csrs, ossl: OpensslTool) -> None:
 def test_the_legacy_new_certificate_request_label_is_accepted(csrs: Csrs) -> None:
     # Some older tools (Netscape, Windows certreq) still write this label for the same PKCS#10 body.
     legacy = csrs["p256"].pem.replace("CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST")
-    assert ca.parse_csr(legacy).public_key_sha256 == ca.parse_csr(csrs["p256"].pem).public_key_sha256
+    assert (
+        csr_checks.parse_csr(legacy).public_key_sha256
+        == csr_checks.parse_csr(csrs["p256"].pem).public_key_sha256
+    )
 
 
 def test_two_csrs_in_one_pem_are_rejected(csrs: Csrs) -> None:
@@ -203,10 +206,10 @@ def test_two_csrs_in_one_pem_are_rejected(csrs: Csrs) -> None:
 def test_csr_text_over_16_kib_is_rejected_before_parsing_but_whitespace_within_it_is_fine(csrs: Csrs) -> None:
     # Given the same valid CSR, padded to exactly the limit and to one character over it
     csr_pem = csrs["p256"].pem.replace("\n", "\r\n")
-    at_limit = "\n" + csr_pem + " " * (ca.MAX_CSR_CHARS - len(csr_pem) - 1)
-    assert len(at_limit) == ca.MAX_CSR_CHARS
+    at_limit = "\n" + csr_pem + " " * (csr_checks.MAX_CSR_CHARS - len(csr_pem) - 1)
+    assert len(at_limit) == csr_checks.MAX_CSR_CHARS
     # When parsed / Then CRLF line endings and surrounding whitespace are accepted, one more char is not
-    assert ca.parse_csr(at_limit).key_type == "ECDSA P-256"
+    assert csr_checks.parse_csr(at_limit).key_type == "ECDSA P-256"
     assert rejected(at_limit + " ") == "csr must be PEM text of at most 16384 characters"
 
 
@@ -235,8 +238,11 @@ def test_the_join_identity_follows_the_key_not_the_csr(csrs: Csrs) -> None:
     first = csrs["ed25519"].pem
     retry = csrs.for_key(csrs["ed25519"].key_path, "ed25519-retry", "/CN=something-else/O=retry")
     # Then they have one join identity, and another key has another
-    assert ca.parse_csr(first).public_key_sha256 == ca.parse_csr(retry).public_key_sha256
-    assert ca.parse_csr(csrs["p256"].pem).public_key_sha256 != ca.parse_csr(first).public_key_sha256
+    assert csr_checks.parse_csr(first).public_key_sha256 == csr_checks.parse_csr(retry).public_key_sha256
+    assert (
+        csr_checks.parse_csr(csrs["p256"].pem).public_key_sha256
+        != csr_checks.parse_csr(first).public_key_sha256
+    )
 
 
 # --- issue_machine_certificate: what the server decides ----------------------------------------

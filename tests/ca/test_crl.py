@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 
-from joinplane import aws, ca, clock, container, crl
+from joinplane import aws, ca, ca_keys, clock, container, crl
 from joinplane.dal import dynamo, revocations
 from joinplane_local.runtime import Runtime
 from tests.support import call, join, openssl_csr, release_together
@@ -285,7 +285,7 @@ def test_a_crl_too_large_for_a_raw_kms_signature_is_signed_as_a_digest(
     # Then the CRL's to-be-signed part is over KMS's 4096-byte RAW limit, and it still verifies
     crl_pem = fetched_crl(machine["certificate"], directory)
     listed = x509.load_pem_x509_crl(crl_pem.read_bytes())
-    assert len(listed.tbs_certlist_bytes) > ca.MAX_TBS_BYTES and len(listed) == 151
+    assert len(listed.tbs_certlist_bytes) > ca_keys.MAX_TBS_BYTES and len(listed) == 151
     checked = openssl("crl", "-in", str(crl_pem), "-CAfile", str(directory / "ca.crt"), "-noout")
     assert "verify OK" in checked.stdout + checked.stderr
     result = verify_with_crl(directory, crl_pem)

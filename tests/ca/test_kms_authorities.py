@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from joinplane import aws, ca, clock, container, der, expiry
+from joinplane import aws, ca, ca_keys, clock, container, csr_checks, der, expiry, machine_certificates
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import dynamo
 from joinplane.dal.pools import pool_key
@@ -53,13 +53,15 @@ def kms_calls() -> Iterator[Counter[str]]:
         aws.client(service).meta.events.unregister(f"before-call.{service}.*", unique_id="kms-calls")
 
 
-def issue(csrs: Csrs, pool: str, machine: str = "mach_01", kind: str = "p256") -> ca.IssuedCertificate:
-    return ca.issue_machine_certificate(
+def issue(
+    csrs: Csrs, pool: str, machine: str = "mach_01", kind: str = "p256"
+) -> machine_certificates.IssuedCertificate:
+    return machine_certificates.issue_machine_certificate(
         tenant_id=TENANT,
         site_id=SITE,
         pool_id=pool,
         machine_id=machine,
-        csr=ca.parse_csr(csrs[kind].pem),
+        csr=csr_checks.parse_csr(csrs[kind].pem),
         lifetime_seconds=3600,
     )
 
@@ -200,7 +202,7 @@ def test_a_signature_that_does_not_verify_under_the_ca_key_fails_loudly(csrs: Cs
     )
     # When it is "signed" with the wrong key / Then nothing is returned: an Internal error
     with pytest.raises(Internal, match="does not verify"):
-        ca.sign_certificate(builder, other, loaded.public_key)
+        ca_keys.sign_certificate(builder, other, loaded.public_key)
 
 
 def test_the_der_wrapping_is_what_cryptography_itself_writes() -> None:
@@ -235,7 +237,7 @@ def test_kms_throttling_and_outages_are_unavailable(code: str) -> None:
     with Stubber(client) as stub:
         stub.add_client_error("sign", code, http_status_code=400 if code == "ThrottlingException" else 500)
         with pytest.raises(Unavailable, match="KMS"):
-            ca.kms_sign_tbs("key", b"tbs")
+            ca_keys.kms_sign_tbs("key", b"tbs")
 
 
 def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:
@@ -243,7 +245,7 @@ def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:
     with Stubber(client) as stub:
         stub.add_client_error("sign", "AccessDeniedException", http_status_code=400)
         with pytest.raises(client.exceptions.ClientError) as raised:
-            ca.kms_sign_tbs("key", b"tbs")
+            ca_keys.kms_sign_tbs("key", b"tbs")
     assert not isinstance(raised.value, Unavailable)
 
 
@@ -353,11 +355,11 @@ def test_eight_first_joins_of_a_new_pool_converge_on_one_ca_and_the_losers_keys_
     csrs: Csrs, pool: str
 ) -> None:
     # Given eight containers that have never seen the pool, each with a machine's CSR in hand
-    csr = ca.parse_csr(csrs["p256"].pem)
+    csr = csr_checks.parse_csr(csrs["p256"].pem)
 
     def first_join(index: int) -> str:
         container.reset(keep_clients=True)
-        return ca.issue_machine_certificate(
+        return machine_certificates.issue_machine_certificate(
             tenant_id=TENANT,
             site_id=SITE,
             pool_id=pool,
@@ -432,7 +434,7 @@ def test_the_emulator_signs_as_kms_does_raw_up_to_4096_bytes_and_digests_as_hash
     from cryptography.hazmat.primitives import hashes
 
     public_key.verify(signed(hashlib.sha256(message).digest(), "DIGEST"), message, ec.ECDSA(hashes.SHA256()))
-    # And ca.kms_sign_tbs takes that path by itself for a TBS over the limit
-    public_key.verify(ca.kms_sign_tbs(key_id, message), message, ec.ECDSA(hashes.SHA256()))
+    # And ca_keys.kms_sign_tbs takes that path by itself for a TBS over the limit
+    public_key.verify(ca_keys.kms_sign_tbs(key_id, message), message, ec.ECDSA(hashes.SHA256()))
     # And a RAW message at the limit is signed as before
     public_key.verify(signed(message[:4096], "RAW"), message[:4096], ec.ECDSA(hashes.SHA256()))

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 
-from joinplane import ca, spiffe
+from joinplane import ca, csr_checks, machine_certificates, spiffe
 from joinplane.dal import authorities as authorities_db
 from joinplane.errors import Internal
 from joinplane.settings import Settings
@@ -143,12 +143,12 @@ def test_a_tenant_with_a_port_and_capitals_gets_a_valid_spiffe_id(csrs: Csrs, os
     tenant, pool = "Evil:8443", "P:1"
     assert TENANT_ID.fullmatch(tenant) and POOL_ID.fullmatch(pool)
     # When a machine of theirs gets its certificate
-    issued = ca.issue_machine_certificate(
+    issued = machine_certificates.issue_machine_certificate(
         tenant_id=tenant,
         site_id="s1",
         pool_id=pool,
         machine_id="mach_01",
-        csr=ca.parse_csr(csrs["p256"].pem),
+        csr=csr_checks.parse_csr(csrs["p256"].pem),
         lifetime_seconds=3600,
     )
     # Then its one URI SAN is a valid SPIFFE ID: the deployment's trust domain, the tenant in the path
@@ -168,12 +168,12 @@ def test_the_trust_domain_is_the_deployments(csrs: Csrs, monkeypatch: pytest.Mon
     # Given a deployment whose SpiffeTrustDomain is prod.joinplane.example.com
     monkeypatch.setenv("SPIFFE_TRUST_DOMAIN", "prod.joinplane.example.com")
     # When a machine gets its certificate
-    issued = ca.issue_machine_certificate(
+    issued = machine_certificates.issue_machine_certificate(
         tenant_id="acme",
         site_id="s1",
         pool_id="gpu-east",
         machine_id="mach_01",
-        csr=ca.parse_csr(csrs["p256"].pem),
+        csr=csr_checks.parse_csr(csrs["p256"].pem),
         lifetime_seconds=3600,
     )
     # Then its SPIFFE ID is in that trust domain
@@ -194,12 +194,12 @@ def test_an_unusable_trust_domain_fails_issuance_and_creates_no_ca(
     monkeypatch.setenv("SPIFFE_TRUST_DOMAIN", trust_domain)
     # When a machine asks for its certificate
     with pytest.raises(Internal, match="SPIFFE_TRUST_DOMAIN"):
-        ca.issue_machine_certificate(
+        machine_certificates.issue_machine_certificate(
             tenant_id="acme",
             site_id="s1",
             pool_id="gpu-east",
             machine_id="mach_01",
-            csr=ca.parse_csr(csrs["p256"].pem),
+            csr=csr_checks.parse_csr(csrs["p256"].pem),
             lifetime_seconds=3600,
         )
     # Then nothing was created: the pool has no CA

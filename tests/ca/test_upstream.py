@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from joinplane import ca, errors, upstream
+from joinplane import ca_keys, errors, upstream
 from joinplane.errors import FailedPrecondition, Internal, InvalidArgument, JoinplaneError
 from tests.support.csr import openssl
 from tests.support.openssl_ca import (
@@ -110,8 +110,8 @@ def test_a_csr_kms_signed_with_another_key_fails_loudly_instead_of_shipping(
 ) -> None:
     # Given KMS signing with a key other than the one whose public key the CSR carries
     other_key_id, _ = kms_signing_key()
-    sign = ca.kms_sign_tbs
-    monkeypatch.setattr(ca, "kms_sign_tbs", lambda _key_id, tbs: sign(other_key_id, tbs))
+    sign = ca_keys.kms_sign_tbs
+    monkeypatch.setattr(ca_keys, "kms_sign_tbs", lambda _key_id, tbs: sign(other_key_id, tbs))
 
     # When the CSR is made, Then it is refused as INTERNAL: a request that does not verify never ships
     with pytest.raises(Internal, match="does not verify"):

@@ -1,5 +1,6 @@
-"""joinplane_local.iam decides as IAM does: the tests of the functions' policies are only as good as
-this evaluator, so each rule it relies on is pinned here, table-driven, without moto."""
+"""joinplane_local's emulated IAM (iam_policy, iam_requests) decides as IAM does: the tests of the
+functions' policies are only as good as this evaluator, so each rule it relies on is pinned here,
+table-driven, without moto."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from joinplane_local import iam
+from joinplane_local import iam, iam_policy, iam_requests
 from joinplane_local.template import Names
 
 NAMES = Names(stack="joinplane-local", physical={"Table": "jp-t"})
@@ -16,15 +17,15 @@ TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/jp-t"
 
 def statement(
     actions: list[str], resources: list[str], conditions: dict[str, Any] | None = None, effect: str = "Allow"
-) -> iam.Statement:
-    return iam.Statement(
+) -> iam_policy.Statement:
+    return iam_policy.Statement(
         function="F",
         index=0,
         effect=effect,
         actions=tuple(actions),
         resources=tuple(resources),
         conditions=tuple(
-            iam.Condition(op, key, tuple(v if isinstance(v, list) else [v]))
+            iam_policy.Condition(op, key, tuple(v if isinstance(v, list) else [v]))
             for op, block in (conditions or {}).items()
             for key, v in block.items()
         ),
@@ -52,7 +53,9 @@ def test_leading_keys_allow_only_the_named_prefixes(context: dict[str, Any], all
     # Given a statement naming two kinds of item
     granted = statement(["dynamodb:PutItem"], [TABLE], LEADING)
     # When a put with these partition keys is decided / Then only the named kinds pass
-    assert (iam.decide([granted], iam.Request("dynamodb:PutItem", TABLE, context)) is not None) is allowed
+    assert (
+        iam_policy.decide([granted], iam_policy.Request("dynamodb:PutItem", TABLE, context)) is not None
+    ) is allowed
 
 
 @pytest.mark.parametrize(
@@ -72,13 +75,13 @@ def test_leading_keys_allow_only_the_named_prefixes(context: dict[str, Any], all
 )
 def test_condition_operators(operator: str, context: dict[str, Any], holds: bool) -> None:
     values = ("a*",) if "Like" in operator else ("a",)
-    assert iam._holds(iam.Condition(operator, "k", values), context) is holds
+    assert iam_policy._holds(iam_policy.Condition(operator, "k", values), context) is holds
 
 
 def test_a_plain_operator_on_several_values_is_refused_as_a_template_error() -> None:
     with pytest.raises(ValueError, match="ForAllValues"):
-        iam._holds(
-            iam.Condition("StringLike", "dynamodb:LeadingKeys", ("A#*",)),
+        iam_policy._holds(
+            iam_policy.Condition("StringLike", "dynamodb:LeadingKeys", ("A#*",)),
             {"dynamodb:LeadingKeys": ("A#1", "B#2")},
         )
 
@@ -86,14 +89,16 @@ def test_a_plain_operator_on_several_values_is_refused_as_a_template_error() -> 
 def test_a_deny_wins_and_actions_match_case_insensitively_with_wildcards() -> None:
     allow = statement(["dynamodb:*"], [TABLE])
     deny = statement(["DynamoDB:DeleteItem"], ["*"], effect="Deny")
-    assert iam.decide([allow, deny], iam.Request("dynamodb:GetItem", TABLE, {})) is allow
-    assert iam.decide([allow, deny], iam.Request("dynamodb:DeleteItem", TABLE, {})) is None
+    assert iam_policy.decide([allow, deny], iam_policy.Request("dynamodb:GetItem", TABLE, {})) is allow
+    assert iam_policy.decide([allow, deny], iam_policy.Request("dynamodb:DeleteItem", TABLE, {})) is None
 
 
 def test_the_table_arn_does_not_cover_its_indexes() -> None:
     granted = statement(["dynamodb:Query"], [TABLE])
-    assert iam.decide([granted], iam.Request("dynamodb:Query", TABLE + "/index/gsi1", {})) is None
-    assert iam.decide([granted], iam.Request("dynamodb:Query", TABLE, {})) is granted
+    assert (
+        iam_policy.decide([granted], iam_policy.Request("dynamodb:Query", TABLE + "/index/gsi1", {})) is None
+    )
+    assert iam_policy.decide([granted], iam_policy.Request("dynamodb:Query", TABLE, {})) is granted
 
 
 def test_a_transaction_is_authorized_action_by_action_with_each_items_key() -> None:
@@ -119,7 +124,7 @@ def test_a_transaction_is_authorized_action_by_action_with_each_items_key() -> N
         ]
     }
     # When IAM reads it
-    update, put, check = iam.dynamodb_requests("TransactWriteItems", params, NAMES)
+    update, put, check = iam_requests.dynamodb_requests("TransactWriteItems", params, NAMES)
     # Then each action is its own authorization, with its own partition key and attributes
     assert (update.action, update.leading_keys) == ("dynamodb:UpdateItem", ("JOINTOKEN#t1",))
     assert update.context["dynamodb:Attributes"] == ("expiresAtEpoch", "state", "usesRemaining")
@@ -140,7 +145,7 @@ def test_a_query_of_an_index_is_on_the_index_and_keyed_by_the_index_partition() 
         "ExpressionAttributeNames": {"#pk": "gsi1pk", "#sk": "gsi1sk"},
         "ExpressionAttributeValues": {":pk": {"S": "TENANT#acme#APIKEYS"}, ":prefix": {"S": "x"}},
     }
-    (query,) = iam.dynamodb_requests("Query", params, NAMES)
+    (query,) = iam_requests.dynamodb_requests("Query", params, NAMES)
     assert (query.resource, query.leading_keys) == (TABLE + "/index/gsi1", ("TENANT#acme#APIKEYS",))
 
 
@@ -160,11 +165,11 @@ def test_a_query_of_an_index_is_on_the_index_and_keyed_by_the_index_partition() 
 def test_the_attributes_an_expression_names_are_its_top_level_names(
     expression: str, names: dict[str, str] | None, attributes: set[str]
 ) -> None:
-    assert iam.expression_attributes(expression, names) == attributes
+    assert iam_requests.expression_attributes(expression, names) == attributes
 
 
 def test_a_refusal_says_which_statement_would_grant_it() -> None:
-    request = iam.Request("dynamodb:PutItem", TABLE, {"dynamodb:LeadingKeys": ("CHALLENGE#c1",)})
+    request = iam_policy.Request("dynamodb:PutItem", TABLE, {"dynamodb:LeadingKeys": ("CHALLENGE#c1",)})
     hint = iam.grant_hint("MachineJoinFunction", request)
     assert "MachineJoinFunction's Policies in template.yaml" in hint
     assert "Action: dynamodb:PutItem" in hint and "Resource: !GetAtt Table.Arn" in hint

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from joinplane import aws, ca, clock, expiry
+from joinplane import aws, ca_keys, clock, expiry
 from joinplane.dal import apikeys as apikeys_db
 from joinplane.dal import authorities as authorities_db
-from joinplane.dal import dynamo
+from joinplane.dal import ca_retention, dynamo
 from joinplane.dal import tokens as tokens_db
 from joinplane.dal.pools import pool_key
 from joinplane_local import iam
@@ -156,9 +156,9 @@ def test_only_the_retention_job_may_delete_a_ca_key(joined: dict[str, Any]) -> N
 
 def test_a_lost_first_ca_race_leaves_its_key_to_the_retention_job(joined: dict[str, Any]) -> None:
     # Given a key a join made and could not use (its first-CA transaction lost)
-    spare = ca._create_key("ca_spare", "acme", "gpu")
+    spare = ca_keys.create_key("ca_spare", "acme", "gpu")
     with iam.acting_as("MachineJoinFunction"):
-        ca.schedule_key_deletion(spare)
+        ca_keys.schedule_key_deletion(spare)
     # Then the join only recorded it; the retention job, past the grace, schedules its deletion
     kms = aws.client("kms")
     assert kms.describe_key(KeyId=spare)["KeyMetadata"]["KeyState"] == "Enabled"
@@ -171,11 +171,11 @@ def test_a_lost_first_ca_race_leaves_its_key_to_the_retention_job(joined: dict[s
 def test_a_forged_abandoned_key_record_cannot_delete_a_key_in_use(joined: dict[str, Any]) -> None:
     # Given a record naming the pool's active CA key, as a compromised join function could write it
     with iam.acting_as("MachineJoinFunction"):
-        authorities_db.abandon_key(joined["keyId"], at_epoch=int(clock.epoch()))
+        ca_retention.abandon_key(joined["keyId"], at=clock.now())
     # When the retention job runs past the grace
     clock.advance(expiry.ABANDONED_KEY_GRACE_SECONDS + 1)
     with iam.acting_as("RetentionFunction"):
         assert expiry.delete_abandoned_keys() == 0
     # Then the key is still enabled (its CA is stored and active), and the record is gone
     assert aws.client("kms").describe_key(KeyId=joined["keyId"])["KeyMetadata"]["KeyState"] == "Enabled"
-    assert dynamo.get(*authorities_db.abandoned_key_key(joined["keyId"])) is None
+    assert dynamo.get(*ca_retention.abandoned_key_key(joined["keyId"])) is None

@@ -77,9 +77,9 @@ def test_a_tpm_join_is_challenged_first_and_takes_no_token_use(
 
 
 def _identity(csr: str) -> str:
-    from joinplane import ca
+    from joinplane import csr_checks
 
-    return str(ca.parse_csr(csr).public_key_sha256)
+    return str(csr_checks.parse_csr(csr).public_key_sha256)
 
 
 def test_the_answer_is_single_use_and_needs_the_keys_proof(make_token, machine_factory) -> None:

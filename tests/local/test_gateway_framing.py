@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from joinplane_local.gateway import MAX_BODY_BYTES
+from joinplane_local.http_server import MAX_BODY_BYTES
 from tests.support.runtime import Local
 
 BAD_REQUEST = (400, {"message": "Bad Request"})

@@ -119,7 +119,8 @@ def test_the_local_runtime_serves_a_join_with_the_run_requirements_alone(tmp_pat
     assert audited
     assert process.returncode == 0
     imports = _report(report)
-    outside = set(imports["loaded"]) - set(pins(RUN)) - {"joinplane", "joinplane-cli", "pip", "setuptools"}
+    ours = {"joinplane", "joinplane-local", "joinplane-cli", "pip", "setuptools"}
+    outside = set(imports["loaded"]) - set(pins(RUN)) - ours
     assert outside == set(), imports
 
 

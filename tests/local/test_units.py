@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from joinplane_local.api_routes import Route, select_route
 from joinplane_local.functions import Functions, module_name
-from joinplane_local.gateway import Route, select_route
 from joinplane_local.runtime import start_runtime
+from joinplane_local.schedules import schedule_period
+from joinplane_local.stream_poller import lambda_stream_record
 from joinplane_local.template import Names, Template, load
-from joinplane_local.workers import lambda_stream_record, schedule_period
 from tests.support.runtime import FIXTURE_TEMPLATE
 
 

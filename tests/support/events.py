@@ -435,7 +435,7 @@ def table_stream() -> list[dict[str, Any]]:
     it over: read from the table's stream (moto), through the template's FilterCriteria."""
     from joinplane import aws
     from joinplane.settings import settings
-    from joinplane_local.workers import lambda_stream_record
+    from joinplane_local.stream_poller import lambda_stream_record
 
     arn = aws.client("dynamodb").describe_table(TableName=settings().table_name)["Table"]["LatestStreamArn"]
     streams = aws.client("dynamodbstreams")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from joinplane_local import iam
+from joinplane_local import iam, iam_policy
 from joinplane_local.template import Names, Template, load
 
 
@@ -23,7 +23,9 @@ def refusals() -> Iterator[list[str]]:
         taken.extend(enforcement.take_denials())
 
 
-def policies(table: str = "jp-table", stack: str = "joinplane-local") -> dict[str, list[iam.Statement]]:
+def policies(
+    table: str = "jp-table", stack: str = "joinplane-local"
+) -> dict[str, list[iam_policy.Statement]]:
     """Every function's statements, resolved for one table and stack."""
     template = Template(load(), Names(stack=stack, physical={"Table": table}))
-    return {fid: iam.statements_of(template, fid) for fid in template.of_type(iam.FUNCTION_TYPE)}
+    return {fid: iam_policy.statements_of(template, fid) for fid in template.of_type(iam.FUNCTION_TYPE)}

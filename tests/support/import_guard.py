@@ -48,7 +48,7 @@ def _requirements() -> ModuleType:
 _REQUIREMENTS = _requirements()
 canonicalize_name, pins = _REQUIREMENTS.canonicalize_name, _REQUIREMENTS.pins
 
-ALWAYS = {"joinplane", "joinplane-cli", "pip", "setuptools"}
+ALWAYS = {"joinplane", "joinplane-local", "joinplane-cli", "pip", "setuptools"}
 
 
 class Refuse(importlib.abc.MetaPathFinder):

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from joinplane import aws, ca
+from joinplane import aws, ca_keys
 from tests.support.csr import openssl
 
 # What an organisation's root gives an intermediate meant to issue end-entity certificates.
@@ -154,8 +154,8 @@ def machine_certificate(
     spiffe_id: str = MACHINE_SPIFFE_ID,
 ) -> str:
     """A machine's client certificate issued by the pool CA `issuing_ca` (KMS key `key_id`), shaped as
-    ca.issue_machine_certificate shapes one (`CN=<machine id>`, its SPIFFE ID the only SAN), and
-    signed through the same ca.sign_certificate."""
+    joinplane.machine_certificates shapes one (`CN=<machine id>`, its SPIFFE ID the only SAN), and
+    signed through the same ca_keys.sign_certificate."""
     machine_key = ec.generate_private_key(ec.SECP256R1()).public_key()
     now = datetime.now(UTC).replace(microsecond=0)
     ski = issuing_ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
@@ -175,5 +175,5 @@ def machine_certificate(
         )
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
     )
-    signed = ca.sign_certificate(builder, key_id, public_key)
+    signed = ca_keys.sign_certificate(builder, key_id, public_key)
     return signed.public_bytes(serialization.Encoding.PEM).decode()

@@ -1,15 +1,10 @@
-"""Machine certificates: CSR checks, and the certificate authorities of each compute pool.
+"""The certificate authorities of each compute pool: made, cached, rotated, activated, imported.
 
-The machine proposes only its public key. Everything else in the certificate (subject, SAN, key
-usage, lifetime) is decided here, so a CSR's requested extensions are read by no one.
-
-Each pool's CA key is an asymmetric KMS key (ECC_NIST_P256, SIGN_VERIFY) that never leaves KMS:
-created on first use (a join, or `certificateAuthorities/get`) or by a rotation, aliased by its caId
-and tagged with the stack, tenant and pool. Everything is signed with `kms:Sign` (`kms_sign_tbs`):
-cryptography builds the to-be-signed structure (signing it with a throwaway key of the same
-algorithm, whose signature is discarded), KMS signs those bytes, and joinplane.der wraps them;
-the result is verified against the CA's public key before it is handed out, so a wrong assembly
-fails loudly instead of shipping. docs/pki.md says why the bundle is what it is.
+Each pool's CA key is a KMS key that never leaves KMS (joinplane.ca_keys: creating it, signing with
+it, handing an unused one to the retention job), created on first use (a join, or
+`certificateAuthorities/get`) or by a rotation. Machine certificates are issued from the pool's
+active CA by joinplane.machine_certificates, from the key a CSR proposes (joinplane.csr_checks).
+docs/pki.md says why the bundle is what it is.
 
 The CA records and the pool's pointer are in the table (joinplane.dal.authorities): the first CA is
 one transaction (CA + pointer, both absent), a rotation another (new CA, old CA retired, pointer at
@@ -17,36 +12,33 @@ the version read), so concurrent first joins or rotations converge on one active
 key is scheduled for deletion. A container caches a pool's active CA and bundle for
 CA_CACHE_SECONDS: a warm issuance makes one KMS call (Sign) and nothing else.
 
-This is the only module of the package that imports `cryptography` at module level: functions that
-never issue certificates do not pay for loading it at cold start.
+Certificate code, like the modules named above, and only they: it imports `cryptography` at module
+level, so functions that never issue certificates do not pay for loading it at cold start.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, PublicKeyAlgorithmOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
-from joinplane import aws, clock, container, deadline, der, ids, spiffe
+from joinplane import clock, container, deadline, ids, spiffe
+from joinplane.ca_keys import create_key, kms_public_key, schedule_key_deletion, sign_certificate
 from joinplane.dal import authorities as authorities_db
-from joinplane.dal.authorities import Authorities, CertificateAuthority
+from joinplane.dal.authorities import Authorities, CertificateAuthorityRecord
 from joinplane.errors import (
     CA_ROTATION_PREPARED,
     NO_PENDING_CA,
     NO_PREPARED_CA,
     POOL_ARCHIVED,
-    POOL_CA_EXPIRED,
     Aborted,
     FailedPrecondition,
     Internal,
@@ -59,7 +51,6 @@ from joinplane.settings import settings
 if TYPE_CHECKING:
     from joinplane import views
 
-MAX_CSR_CHARS = 16 * 1024
 MIN_LIFETIME_SECONDS = 5 * 60
 MAX_LIFETIME_SECONDS = 30 * 24 * 3600
 # Machines with a slightly slow clock must accept a certificate issued a moment ago.
@@ -70,8 +61,6 @@ CA_CACHE_SECONDS = 60
 # A retired CA issued nothing after it was retired (give or take a container's cache), and nothing
 # it issued lives longer than MAX_LIFETIME_SECONDS: after this it can leave the bundle.
 BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + CA_CACHE_SECONDS
-# Real KMS signs RAW messages of at most 4096 bytes.
-MAX_TBS_BYTES = 4096
 FIRST_CA_CREATOR = "join"
 # Who activates a prepared CA whose propagation period has ended (its first use after it).
 SCHEDULE = "schedule"
@@ -80,35 +69,6 @@ _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 # X.520's upper bound for a commonName; the machine id is the machine certificate's CN.
 _MAX_COMMON_NAME = 64
-# The machine id is also the last segment of the SPIFFE ID, as it is: no `:` (`mach_<ulid>` has none).
-_MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_PEM = re.compile(
-    r"-----BEGIN (?P<label>(?:NEW )?CERTIFICATE REQUEST)-----\r?\n"
-    r"(?P<body>[A-Za-z0-9+/=\s]*?)"
-    r"-----END (?P=label)-----"
-)
-_ALLOWED_KEYS = "ECDSA P-256/P-384, Ed25519 or RSA 2048-4096"
-
-MachinePublicKey = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | rsa.RSAPublicKey
-
-
-@dataclass(frozen=True)
-class Csr:
-    """A CSR whose signature verified and whose key is allowed. Only the key is kept: nothing
-    else the machine asked for reaches its certificate."""
-
-    public_key: MachinePublicKey
-    # Hex SHA-256 of the SubjectPublicKeyInfo DER: the machine's join identity.
-    public_key_sha256: str
-    key_type: str
-
-
-class IssuedCertificate(NamedTuple):
-    certificate_pem: str
-    ca_certificates_pem: str  # the pool's bundle: the issuing CA first
-    expires_at: datetime
-    serial: str
-    ca_id: str  # the CA that signed it
 
 
 class PoolCa(NamedTuple):
@@ -118,113 +78,13 @@ class PoolCa(NamedTuple):
     certificate: x509.Certificate
     public_key: ec.EllipticCurvePublicKey
     bundle_pem: str
-    loaded_at: float
+    loaded_at: datetime
     # The earliest notAfter of the active CA and its chain: no machine certificate may outlive it.
     not_after: datetime
 
 
 _cache: dict[tuple[str, str], PoolCa] = {}
 container.on_reset(_cache.clear)
-
-
-# --- CSR ------------------------------------------------------------------------------------------
-
-
-def parse_csr(pem: str) -> Csr:
-    if not isinstance(pem, str) or len(pem) > MAX_CSR_CHARS:
-        raise InvalidArgument(f"csr must be PEM text of at most {MAX_CSR_CHARS} characters")
-    match = _PEM.fullmatch(pem.strip())
-    if match is None:
-        raise InvalidArgument("csr is not a PEM certificate request")
-    try:
-        request = x509.load_der_x509_csr(base64.b64decode("".join(match["body"].split()), validate=True))
-        spki = _subject_public_key_info(request.tbs_certrequest_bytes)
-    except (ValueError, x509.InvalidVersion):
-        raise InvalidArgument("csr is not a PEM certificate request") from None
-
-    public_key, key_type = _allowed_public_key(request)
-    # The identity must be the key the certificate will carry, byte for byte: a CSR that encodes its
-    # key unusually (a compressed EC point) would otherwise be matched on bytes no certificate holds.
-    canonical = public_key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    if spki != canonical:
-        raise InvalidArgument(f"csr {key_type} public key is not DER-encoded as usual (compressed EC point?)")
-    _check_signature(request)
-    return Csr(public_key=public_key, public_key_sha256=hashlib.sha256(spki).hexdigest(), key_type=key_type)
-
-
-def _allowed_public_key(request: x509.CertificateSigningRequest) -> tuple[MachinePublicKey, str]:
-    # Present at runtime since cryptography 44; the CSR type stub has not caught up.
-    algorithm = request.public_key_algorithm_oid  # type: ignore[attr-defined]
-    if algorithm not in _ALLOWED_KEY_ALGORITHMS:
-        name = _KEY_ALGORITHM_NAMES.get(algorithm, algorithm.dotted_string)
-        raise InvalidArgument(f"csr key type {name} is not allowed; use {_ALLOWED_KEYS}")
-    try:
-        key = request.public_key()
-    except (UnsupportedAlgorithm, ValueError):
-        if algorithm == PublicKeyAlgorithmOID.EC_PUBLIC_KEY:
-            raise InvalidArgument(
-                f"csr key type ECDSA (unknown curve) is not allowed; use {_ALLOWED_KEYS}"
-            ) from None
-        raise InvalidArgument("csr public key is malformed") from None
-    if isinstance(key, ec.EllipticCurvePublicKey):
-        if not isinstance(key.curve, ec.SECP256R1 | ec.SECP384R1):
-            raise InvalidArgument(f"csr key type ECDSA {key.curve.name} is not allowed; use {_ALLOWED_KEYS}")
-        return key, f"ECDSA P-{key.curve.key_size}"
-    if isinstance(key, rsa.RSAPublicKey):
-        if not 2048 <= key.key_size <= 4096:
-            raise InvalidArgument(f"RSA key of {key.key_size} bits is outside 2048-4096")
-        exponent = key.public_numbers().e
-        # Small or even exponents are the classic RSA foot-guns; the CA/Browser Forum rules agree.
-        if exponent % 2 == 0 or not 65537 <= exponent < 2**256:
-            raise InvalidArgument(f"RSA public exponent {exponent} is not allowed; use 65537")
-        return key, f"RSA {key.key_size}"
-    if isinstance(key, ed25519.Ed25519PublicKey):
-        return key, "Ed25519"
-    raise InvalidArgument(f"csr key type {type(key).__name__} is not allowed; use {_ALLOWED_KEYS}")
-
-
-def _check_signature(request: x509.CertificateSigningRequest) -> None:
-    try:
-        digest = request.signature_hash_algorithm
-    except UnsupportedAlgorithm:
-        oid = request.signature_algorithm_oid.dotted_string
-        raise InvalidArgument(f"csr signature algorithm {oid} is not supported") from None
-    # Ed25519 signs the message itself: no separate digest (None).
-    if digest is not None and not isinstance(digest, hashes.SHA256 | hashes.SHA384 | hashes.SHA512):
-        raise InvalidArgument(f"csr is signed with {digest.name.upper()}; sign it with SHA-256 or stronger")
-    try:
-        verified = request.is_signature_valid
-    except (UnsupportedAlgorithm, ValueError):
-        verified = False
-    if not verified:
-        raise InvalidArgument("csr signature does not verify (proof of possession failed)")
-
-
-_ALLOWED_KEY_ALGORITHMS = frozenset(
-    {
-        PublicKeyAlgorithmOID.EC_PUBLIC_KEY,
-        PublicKeyAlgorithmOID.ED25519,
-        PublicKeyAlgorithmOID.RSAES_PKCS1_v1_5,
-    }
-)
-_KEY_ALGORITHM_NAMES = {
-    PublicKeyAlgorithmOID.RSASSA_PSS: "RSA-PSS",
-    PublicKeyAlgorithmOID.DSA: "DSA",
-    PublicKeyAlgorithmOID.ED448: "Ed448",
-    PublicKeyAlgorithmOID.X25519: "X25519",
-    PublicKeyAlgorithmOID.X448: "X448",
-}
-
-
-def _subject_public_key_info(tbs: bytes) -> bytes:
-    """The SPKI exactly as the CSR encodes it: the third element of CertificationRequestInfo
-    (version, subject, subjectPKInfo, attributes)."""
-    return der.sequence_element(tbs, 2)
-
-
-# --- Machine certificates -------------------------------------------------------------------------
 
 
 def spiffe_id(tenant_id: str, pool_id: str, machine_id: str) -> str:
@@ -236,101 +96,6 @@ def spiffe_id(tenant_id: str, pool_id: str, machine_id: str) -> str:
     except ValueError as bad:
         raise Internal(f"the deployment's SPIFFE_TRUST_DOMAIN is unusable: {bad}") from None
     return spiffe.for_machine(trust_domain, tenant_id, pool_id, machine_id)
-
-
-def issue_machine_certificate(
-    *,
-    tenant_id: str,
-    site_id: str,
-    pool_id: str,
-    machine_id: str,
-    csr: Csr,
-    lifetime_seconds: int,
-    crl_base_url: str = "",
-) -> IssuedCertificate:
-    """The machine's certificate from the pool's active CA; its CRL distribution point is that CA's
-    CRL under `crl_base_url` (the API's public base URL; none when it is not known)."""
-    _check_ids(tenant_id, pool_id)
-    if not _MACHINE_ID.fullmatch(machine_id):
-        raise InvalidArgument("machineId is not a valid machine id")
-    # Before the pool CA: a deployment without a usable trust domain creates no CA either.
-    uri = spiffe_id(tenant_id, pool_id, machine_id)
-    pool_ca = pool_authorities(tenant_id, site_id, pool_id)
-
-    # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
-    now = clock.now().replace(microsecond=0)
-    lifetime = timedelta(seconds=min(max(int(lifetime_seconds), MIN_LIFETIME_SECONDS), MAX_LIFETIME_SECONDS))
-    # A certificate outliving its CA (or a CA above it) would fail verification anyway; say so
-    # instead of lying.
-    not_after = min(now + lifetime, pool_ca.not_after)
-    if not_after - now < timedelta(seconds=MIN_LIFETIME_SECONDS):
-        raise FailedPrecondition(
-            f"the CA of pool {pool_id} expires at {clock.rfc3339(not_after)}", reason=POOL_CA_EXPIRED
-        )
-
-    key_usage_encipherment = isinstance(csr.public_key, rsa.RSAPublicKey)
-    serial = _serial_number()
-    ca_ski = pool_ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, machine_id)]))
-        .issuer_name(pool_ca.certificate.subject)
-        .public_key(csr.public_key)
-        .serial_number(serial)
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=key_usage_encipherment,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]),
-            # RFC 5280: the SAN is critical when the subject DN is empty; ours names the machine.
-            critical=False,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(csr.public_key), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-    )
-    active = pool_ca.authorities.active
-    if crl_base_url:
-        builder = builder.add_extension(
-            x509.CRLDistributionPoints(
-                [
-                    x509.DistributionPoint(
-                        full_name=[x509.UniformResourceIdentifier(crl_url(crl_base_url, active.ca_id))],
-                        relative_name=None,
-                        reasons=None,
-                        crl_issuer=None,
-                    )
-                ]
-            ),
-            critical=False,
-        )
-    certificate = sign_certificate(builder, active.key_id, pool_ca.public_key)
-    return IssuedCertificate(
-        certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
-        ca_certificates_pem=pool_ca.bundle_pem,
-        expires_at=not_after,
-        serial=format(serial, "x"),
-        ca_id=active.ca_id,
-    )
-
-
-def crl_url(base_url: str, ca_id: str) -> str:
-    """Where the CRL of CA `ca_id` is served (joinplane.crl, `GET /crl/<caId>`)."""
-    return f"{base_url.rstrip('/')}/crl/{ca_id}"
 
 
 def ca_key_usage() -> x509.KeyUsage:
@@ -349,67 +114,17 @@ def ca_key_usage() -> x509.KeyUsage:
     )
 
 
-def _serial_number() -> int:
+def serial_number() -> int:
     # Bit 158 always set: every serial is exactly 159 bits (20 DER bytes, positive) with 158 random.
     return secrets.randbits(158) | (1 << 158)
 
 
-def _check_ids(tenant_id: str, pool_id: str) -> None:
+def check_ids(tenant_id: str, pool_id: str) -> None:
     # These become a URI and KMS tags; the patterns keep '/', '?', '#' out of both.
     if not _TENANT_ID.fullmatch(tenant_id):
         raise InvalidArgument("tenantId is not a valid tenant id")
     if not _POOL_ID.fullmatch(pool_id):
         raise InvalidArgument("poolId is not a valid pool id")
-
-
-# --- Signing with KMS ------------------------------------------------------------------------------
-
-
-def throwaway_key() -> ec.EllipticCurvePrivateKey:
-    """A P-256 key whose only use is to make cryptography emit a TBS with ecdsa-with-SHA256 as its
-    algorithm; its signatures are thrown away. One per container (made on first use)."""
-    if not _throwaway:
-        _throwaway.append(ec.generate_private_key(ec.SECP256R1()))
-    return _throwaway[0]
-
-
-_throwaway: list[ec.EllipticCurvePrivateKey] = []
-
-
-def kms_sign_tbs(key_id: str, tbs: bytes) -> bytes:
-    """The DER ECDSA-SHA256 signature of `tbs` by the KMS key: one kms:Sign. For any TBS (a
-    certificate's, a CRL's `tbs_certlist_bytes`, a CSR's `tbs_certrequest_bytes`); wrap it with
-    `der.signed(tbs, der.ECDSA_WITH_SHA256, signature)`. KMS signs RAW messages of at most 4096
-    bytes; a larger TBS (a CRL of a hundred or more entries) is sent as its SHA-256 digest, which
-    ECDSA_SHA_256 signs exactly as it would have hashed the message."""
-    if len(tbs) > MAX_TBS_BYTES:
-        message, message_type = hashlib.sha256(tbs).digest(), "DIGEST"
-    else:
-        message, message_type = tbs, "RAW"
-    try:
-        response = aws.client("kms").sign(
-            KeyId=key_id, Message=message, MessageType=message_type, SigningAlgorithm="ECDSA_SHA_256"
-        )
-    except Exception as failure:
-        _raise_if_unavailable(failure)
-        raise
-    return bytes(response["Signature"])
-
-
-def sign_certificate(
-    builder: x509.CertificateBuilder, key_id: str, public_key: ec.EllipticCurvePublicKey
-) -> x509.Certificate:
-    """`builder`'s certificate signed by the KMS key `key_id` whose public key is `public_key`,
-    checked against that key before it is returned."""
-    draft = builder.sign(throwaway_key(), hashes.SHA256())
-    tbs = draft.tbs_certificate_bytes
-    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, kms_sign_tbs(key_id, tbs))
-    try:
-        certificate = x509.load_der_x509_certificate(signed)
-        public_key.verify(certificate.signature, tbs, ec.ECDSA(hashes.SHA256()))
-    except (ValueError, InvalidSignature) as failure:
-        raise Internal(f"the certificate KMS key {key_id} signed does not verify") from failure
-    return certificate
 
 
 # --- Pool CAs -------------------------------------------------------------------------------------
@@ -420,10 +135,11 @@ def pool_authorities(
 ) -> PoolCa:
     """The pool's active CA and bundle, from this container's cache while fresh; the pool's first
     CA is made here when it has none (by `created_by`)."""
-    _check_ids(tenant_id, pool_id)
+    check_ids(tenant_id, pool_id)
     cached = _cache.get((tenant_id, pool_id))
-    now = clock.epoch()
-    if cached is not None and now - cached.loaded_at < CA_CACHE_SECONDS and not _due(cached.authorities, now):
+    now = clock.now()
+    fresh = cached is not None and now - cached.loaded_at < timedelta(seconds=CA_CACHE_SECONDS)
+    if cached is not None and fresh and not _due(cached.authorities, now):
         return cached
     stored = authorities_db.read(tenant_id, pool_id)
     if stored is None:
@@ -432,9 +148,13 @@ def pool_authorities(
     return loaded
 
 
-def _due(stored: Authorities, now: float) -> bool:
+def _due(stored: Authorities, now: datetime) -> bool:
     following = stored.next
-    return following is not None and following.activates_at is not None and following.activates_at <= now
+    return (
+        following is not None
+        and following.activates_at is not None
+        and following.activates_at <= clock.seconds(now)
+    )
 
 
 def activated_when_due(stored: Authorities) -> Authorities:
@@ -443,7 +163,7 @@ def activated_when_due(stored: Authorities) -> Authorities:
     is in. Of many containers seeing it at once one transaction commits; the others read its result."""
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(4, exhausted=busy, backoff=(0.02, 0.2)):
-        now = clock.epoch()
+        now = clock.now()
         if not _due(stored, now):
             return stored
         with contextlib.suppress(authorities_db.Contended):  # another container's activation won
@@ -454,15 +174,14 @@ def activated_when_due(stored: Authorities) -> Authorities:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def _activate(stored: Authorities, *, by: str, now: float) -> None:
+def _activate(stored: Authorities, *, by: str, now: datetime) -> None:
     """The transaction of joinplane.dal.authorities.activate, with the retired CA's bundleUntil."""
     authorities_db.activate(
         stored,
-        activated_at=clock.rfc3339(now),
+        now=now,
         activated_by=by,
-        retired_at=clock.rfc3339(now),
-        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
-        keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"],
+        bundle_until=now + timedelta(seconds=BUNDLE_GRACE_SECONDS),
+        keep=[ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"],
     )
 
 
@@ -479,17 +198,16 @@ def _loaded(stored: Authorities) -> PoolCa:
     except ValueError as failure:
         raise Internal(f"the chain of CA {stored.active.ca_id} is malformed") from failure
     not_after = min(c.not_valid_after_utc for c in (certificate, *chain))
-    return PoolCa(
-        stored, certificate, public_key, bundle_pem(stored, int(clock.epoch())), clock.epoch(), not_after
-    )
+    now = clock.now()
+    return PoolCa(stored, certificate, public_key, bundle_pem(stored, now), now, not_after)
 
 
-def bundle_pem(stored: Authorities, now_epoch: int) -> str:
+def bundle_pem(stored: Authorities, now: datetime) -> str:
     """Every CA whose certificates may still be valid, active first, each followed by its chain."""
-    return "".join(_with_chain(ca) for ca in bundle_of(stored, now_epoch))
+    return "".join(_with_chain(ca) for ca in bundle_of(stored, now))
 
 
-def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]:
+def bundle_of(stored: Authorities, now: datetime) -> list[CertificateAuthorityRecord]:
     """The active CA, the next (prepared) one, then every retired CA whose certificates may still be
     valid: everything a verifier must trust."""
     following = [stored.next] if stored.next is not None and stored.next.state == "prepared" else []
@@ -502,12 +220,12 @@ def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]
             if ca.ca_id != stored.active.ca_id
             and ca.state == "retired"
             and ca.bundle_until is not None
-            and ca.bundle_until > now_epoch
+            and ca.bundle_until > clock.seconds(now)
         ),
     ]
 
 
-def _with_chain(ca: CertificateAuthority) -> str:
+def _with_chain(ca: CertificateAuthorityRecord) -> str:
     return "".join(_ending_in_newline(pem) for pem in (ca.certificate_pem, *ca.chain_pem))
 
 
@@ -529,7 +247,7 @@ def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -
                 return stored
         raise AssertionError("unreachable: attempts() raises when exhausted") from None
     return Authorities(
-        authorities_db.Pointer(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
+        authorities_db.PointerRecord(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
         candidate,
         (candidate,),
     )
@@ -546,7 +264,7 @@ def rotate(
     one activates and stays in the bundle until its certificates have expired. INVALID_STATE when a
     CA is already prepared (CA_ROTATION_PREPARED) or the pool was archived; ABORTED when another
     rotation won meanwhile."""
-    _check_ids(tenant_id, pool_id)
+    check_ids(tenant_id, pool_id)
     stored = authorities_db.read(tenant_id, pool_id)
     if stored is None:
         # A pool that never had a CA: its first CA is the new one (whoever made it).
@@ -555,29 +273,29 @@ def rotate(
     stored = activated_when_due(stored)
     _refuse_if_prepared(stored, pool_id)
     replaced = stored.active.ca_id
-    now = clock.epoch()
+    now = clock.now()
     candidate = _new_ca(
         tenant_id,
         site_id,
         pool_id,
         created_by=by,
         previous_ca_id=replaced,
-        activates_at=None if emergency else int(now) + propagation_seconds,
+        activates_at=None if emergency else now + timedelta(seconds=propagation_seconds),
     )
     busy = Unavailable("the pool's CA kept changing; retry")
     try:
         for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
             if stored.active.ca_id != replaced or stored.next is not None:
                 raise Aborted(f"the CA of pool {pool_id} was rotated meanwhile; read it again")
-            now = clock.epoch()
-            retired = [ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
+            now = clock.now()
+            retired = [ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"]
             try:
                 if emergency:
                     authorities_db.rotate(
                         stored,
                         candidate,
-                        retired_at=clock.rfc3339(now),
-                        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+                        now=now,
+                        bundle_until=now + timedelta(seconds=BUNDLE_GRACE_SECONDS),
                         keep=retired,
                     )
                 else:
@@ -608,7 +326,7 @@ def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None)
     FAILED_PRECONDITION (NO_PREPARED_CA) when no CA is prepared, or `ca_id` is not it; a
     concurrent activation (another call, or the end of the propagation period) is not an error:
     the answer is the pool's CAs after it."""
-    _check_ids(tenant_id, pool_id)
+    check_ids(tenant_id, pool_id)
     stored = authorities_db.read(tenant_id, pool_id)
     wanted = ca_id or (stored.next.ca_id if stored is not None and stored.next is not None else None)
     busy = Unavailable("the pool's CA kept changing; retry")
@@ -631,7 +349,7 @@ def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None)
                 reason=NO_PREPARED_CA,
             )
         with contextlib.suppress(authorities_db.Contended):  # read who won, below
-            _activate(stored, by=by, now=clock.epoch())
+            _activate(stored, by=by, now=clock.now())
         _cache.pop((tenant_id, pool_id), None)
         stored = authorities_db.read(tenant_id, pool_id)
     raise AssertionError("unreachable: attempts() raises when exhausted")
@@ -655,12 +373,12 @@ def _new_ca(
     *,
     created_by: str,
     previous_ca_id: str | None,
-    activates_at: int | None = None,
-) -> CertificateAuthority:
+    activates_at: datetime | None = None,
+) -> CertificateAuthorityRecord:
     """A new KMS key and its self-signed CA certificate (not yet stored): active, or prepared until
     `activates_at` when given."""
     ca_id = ids.new_id("ca")
-    key_id = _create_key(ca_id, tenant_id, pool_id)
+    key_id = create_key(ca_id, tenant_id, pool_id)
     public_key = kms_public_key(key_id)
     now = clock.now().replace(microsecond=0)
     name = _ca_name(tenant_id, pool_id, ca_id)
@@ -669,7 +387,7 @@ def _new_ca(
         .subject_name(name)
         .issuer_name(name)
         .public_key(public_key)
-        .serial_number(_serial_number())
+        .serial_number(serial_number())
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + CA_VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -682,7 +400,7 @@ def _new_ca(
         schedule_key_deletion(key_id)
         raise
     created_at = clock.rfc3339(now)
-    return CertificateAuthority(
+    return CertificateAuthorityRecord(
         ca_id=ca_id,
         tenant_id=tenant_id,
         site_id=site_id,
@@ -694,7 +412,7 @@ def _new_ca(
         created_by=created_by,
         activated_at=created_at if activates_at is None else None,
         previous_ca_id=previous_ca_id,
-        activates_at=activates_at,
+        activates_at=None if activates_at is None else clock.seconds(activates_at),
     )
 
 
@@ -727,7 +445,7 @@ def _ca_common_name(tenant_id: str, pool_id: str) -> str:
 # --- An upstream CA (bring your own root): a request, then its signed certificate ---------------------
 
 
-def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> CertificateAuthority:
+def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> CertificateAuthorityRecord:
     """A new KMS key and a CSR for it (joinplane.upstream), stored as the pool's pending CA: the
     organisation's CA signs the CSR, and `import_upstream` makes the result the pool's issuing CA.
     A request still pending is abandoned (its key scheduled for deletion): the latest CSR is the
@@ -735,13 +453,13 @@ def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> 
     meanwhile; INVALID_STATE when the pool was archived."""
     from joinplane import upstream
 
-    _check_ids(tenant_id, pool_id)
+    check_ids(tenant_id, pool_id)
     replacing = authorities_db.get_pending(tenant_id, pool_id)
     ca_id = ids.new_id("ca")
-    key_id = _create_key(ca_id, tenant_id, pool_id)
+    key_id = create_key(ca_id, tenant_id, pool_id)
     try:
         csr = upstream.csr_for_key(key_id, _ca_name(tenant_id, pool_id, ca_id))
-        pending = CertificateAuthority(
+        pending = CertificateAuthorityRecord(
             ca_id=ca_id,
             tenant_id=tenant_id,
             site_id=site_id,
@@ -792,7 +510,7 @@ def import_upstream(
     as the CA's importer (importedBy; activatedBy for a pool's first CA)."""
     from joinplane import upstream
 
-    _check_ids(tenant_id, pool_id)
+    check_ids(tenant_id, pool_id)
     pending = authorities_db.get_pending(tenant_id, pool_id)
     if pending is None:
         raise FailedPrecondition(
@@ -817,17 +535,17 @@ def import_upstream(
         _refuse_if_prepared(stored, pool_id)
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
-        now = clock.epoch()
+        now = clock.now()
         try:
             authorities_db.activate_pending(
                 stored,
                 pending,
                 certificate_pem=certificate,
                 chain_pem=chain,
-                activated_at=clock.rfc3339(now),
+                now=now,
                 activated_by=by,
-                activates_at=int(now) + propagation_seconds,
-                keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
+                activates_at=now + timedelta(seconds=propagation_seconds),
+                keep=[ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"]
                 if stored is not None
                 else [],
             )
@@ -852,7 +570,7 @@ def import_upstream(
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
+def view_of(ca: CertificateAuthorityRecord) -> views.CertificateAuthority:
     """What `certificateAuthorities/get` shows of a CA (views.CertificateAuthority's keys)."""
     certificate = x509.load_pem_x509_certificate(ca.certificate_pem.encode())
     shown: views.CertificateAuthority = {
@@ -869,91 +587,3 @@ def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
     if ca.state == "retired" and ca.bundle_until is not None:
         shown["bundleUntil"] = clock.rfc3339(ca.bundle_until)
     return shown
-
-
-# --- KMS: the calls this module makes --------------------------------------------------------------
-
-
-def _create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:
-    """A new P-256 signing key, tagged with the stack (what IAM lets functions sign with), tenant and
-    pool, and aliased by the caId (tenant and pool ids may hold characters an alias refuses)."""
-    config = settings()
-    client = aws.client("kms")
-    try:
-        metadata = client.create_key(
-            KeySpec="ECC_NIST_P256",
-            KeyUsage="SIGN_VERIFY",
-            Description=f"Joinplane CA {ca_id} of pool {tenant_id}/{pool_id}",
-            Tags=[
-                {"TagKey": "joinplane:stack", "TagValue": config.kms_stack_tag},
-                {"TagKey": "joinplane:tenant", "TagValue": tenant_id},
-                {"TagKey": "joinplane:pool", "TagValue": pool_id},
-                {"TagKey": "joinplane:ca", "TagValue": ca_id},
-            ],
-        )["KeyMetadata"]
-        client.create_alias(AliasName=f"{config.kms_alias_prefix}/{ca_id}", TargetKeyId=metadata["KeyId"])
-    except Exception as failure:
-        _raise_if_unavailable(failure)
-        raise
-    # The key id, not the ARN: every call takes either, and moto's ScheduleKeyDeletion only the id.
-    return str(metadata["KeyId"])
-
-
-def kms_public_key(key_id: str) -> ec.EllipticCurvePublicKey:
-    """The KMS key's public key (one kms:GetPublicKey), which must be P-256."""
-    try:
-        response = aws.client("kms").get_public_key(KeyId=key_id)
-    except Exception as failure:
-        _raise_if_unavailable(failure)
-        raise
-    key = serialization.load_der_public_key(bytes(response["PublicKey"]))
-    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise Internal(f"KMS key {key_id} is not a P-256 key")
-    return key
-
-
-def schedule_key_deletion(key_id: str) -> None:
-    """Hand a key no CA will use to the retention job, which schedules its deletion once it has
-    checked that no CA uses it: these functions answer without an API key (joins, CRLs) and hold no
-    kms:ScheduleKeyDeletion (docs/pki.md). Best effort: a key that is never used costs $1 a month
-    until deleted; a failure here must not hide the caller's own outcome."""
-    try:
-        authorities_db.abandon_key(key_id, at_epoch=int(clock.epoch()))
-    except Exception as failure:
-        from joinplane import observe
-
-        observe.log(
-            "WARNING",
-            "an unused KMS key could not be handed to the retention job",
-            keyId=key_id,
-            error=type(failure).__name__,
-        )
-
-
-_UNAVAILABLE_CODES = frozenset(
-    {
-        "InternalServiceError",
-        "KMSInternalException",
-        "DependencyTimeoutException",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "Throttling",
-        "ThrottlingException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-    }
-)
-
-
-def _raise_if_unavailable(failure: Exception) -> None:
-    # botocore is loaded already by the client that raised; importing it here costs nothing.
-    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
-
-    if isinstance(failure, ConnectionError | HTTPClientError):
-        raise Unavailable("the key store (KMS) is unavailable, retry later") from failure
-    if isinstance(failure, ClientError):
-        status = failure.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        code = failure.response.get("Error", {}).get("Code")
-        if code in _UNAVAILABLE_CODES or status == 429 or status >= 500:
-            raise Unavailable("the key store (KMS) is unavailable, retry later") from failure

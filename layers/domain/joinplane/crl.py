@@ -11,8 +11,8 @@ Query of a small partition) and signs only when needed. Each build is one kms:Si
 is the stored one + 1, written only if the stored one is still what the build read, so the number
 never goes backwards.
 
-Like the rest of the certificate code but ca.py, it loads `cryptography` (through joinplane.ca) only
-when a CRL is checked or built.
+Unlike the certificate code the functions issue with (joinplane.ca and its siblings), it loads
+`cryptography` (through joinplane.ca and joinplane.ca_keys) only when a CRL is checked or built.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import NamedTuple
 from joinplane import clock, der, ids
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import revocations as revocations_db
-from joinplane.dal.authorities import CertificateAuthority
+from joinplane.dal.authorities import CertificateAuthorityRecord
 from joinplane.dal.revocations import CrlRecord, RevocationRecord
 from joinplane.errors import Internal, NotFound, Unavailable
 
@@ -63,7 +63,7 @@ def refresh(ca_id: str) -> CrlRecord:
     return _current(_authority(ca_id), force=True)
 
 
-def _authority(ca_id: str) -> CertificateAuthority:
+def _authority(ca_id: str) -> CertificateAuthorityRecord:
     if not isinstance(ca_id, str) or not CA_ID.fullmatch(ca_id):
         raise NotFound("no such certificate authority")
     authority = authorities_db.get(ca_id)
@@ -74,7 +74,7 @@ def _authority(ca_id: str) -> CertificateAuthority:
     return authority
 
 
-def _current(authority: CertificateAuthority, *, force: bool) -> CrlRecord:
+def _current(authority: CertificateAuthorityRecord, *, force: bool) -> CrlRecord:
     for _ in range(3):
         now = clock.now()
         stored = revocations_db.get_crl(authority.ca_id)
@@ -100,13 +100,13 @@ def _fresh(stored: CrlRecord, revoked: list[RevocationRecord], now: datetime) ->
 
 
 def _build(
-    authority: CertificateAuthority, revoked: list[RevocationRecord], now: datetime, number: int
+    authority: CertificateAuthorityRecord, revoked: list[RevocationRecord], now: datetime, number: int
 ) -> CrlRecord:
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
 
-    from joinplane import ca
+    from joinplane import ca, ca_keys
 
     certificate = x509.load_pem_x509_certificate(authority.certificate_pem.encode())
     public_key = certificate.public_key()
@@ -135,8 +135,8 @@ def _build(
                 x509.CRLReason(x509.ReasonFlags.superseded), critical=False
             )
         builder = builder.add_revoked_certificate(revoked_certificate.build())
-    tbs = builder.sign(ca.throwaway_key(), hashes.SHA256()).tbs_certlist_bytes
-    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, ca.kms_sign_tbs(authority.key_id, tbs))
+    tbs = builder.sign(ca_keys.throwaway_key(), hashes.SHA256()).tbs_certlist_bytes
+    signed = der.signed(tbs, der.ECDSA_WITH_SHA256, ca_keys.kms_sign_tbs(authority.key_id, tbs))
     try:
         crl = x509.load_der_x509_crl(signed)
         valid = crl.is_signature_valid(public_key)  # type: ignore[arg-type]

@@ -8,10 +8,12 @@ use for: without them its cold start is a third shorter (make bench).
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 from joinplane import aws, clock, observe
 from joinplane.dal import authorities as authorities_db
+from joinplane.dal import ca_retention
 from joinplane.dal import requests as requests_db
 
 
@@ -50,18 +52,18 @@ def expire_retired_authorities(max_items: int = 100) -> int:
     valid) leave the bundle: their keys are scheduled for deletion first, then one transaction
     marks the CA `expired` and drops it from the pool's bundle at the pointer's version. A run that
     stops between the two is redone by the next (the key is already pending deletion: fine)."""
-    now = int(clock.epoch())
+    now = clock.now()
     expired = 0
     start: dict[str, Any] | None = None
     while expired < max_items:
-        page = authorities_db.retired_due(now, limit=min(100, max_items - expired), start=start)
+        page = ca_retention.retired_due(now, limit=min(100, max_items - expired), start=start)
         for due in page.authorities:
             pointer = authorities_db.get_pointer(due.tenant_id, due.pool_id)
-            if pointer is None or due.bundle_until is None or due.bundle_until > now:
+            if pointer is None or due.bundle_until is None or due.bundle_until > clock.seconds(now):
                 continue
             _schedule_key_deletion(due.key_id)
             try:
-                authorities_db.expire(pointer, due, clock.rfc3339(now))
+                ca_retention.expire(pointer, due, now)
             except authorities_db.Contended:
                 continue  # changed meanwhile (a rotation, another run): the next run looks again
             expired += 1
@@ -92,19 +94,17 @@ def delete_abandoned_keys(max_items: int = 100) -> int:
     from joinplane.settings import settings
 
     stack = settings().kms_stack_tag
-    before = int(clock.epoch()) - ABANDONED_KEY_GRACE_SECONDS
+    before = clock.now() - timedelta(seconds=ABANDONED_KEY_GRACE_SECONDS)
     deleted = 0
     start: dict[str, Any] | None = None
     while deleted < max_items:
-        page = authorities_db.abandoned_keys(
-            before_epoch=before, limit=min(100, max_items - deleted), start=start
-        )
+        page = ca_retention.abandoned_keys(before=before, limit=min(100, max_items - deleted), start=start)
         for key_id in page.key_ids:
             if _unused(key_id, stack):
                 _schedule_key_deletion(key_id)
                 deleted += 1
                 observe.log("INFO", "an abandoned CA key was scheduled for deletion", keyId=key_id)
-            authorities_db.forget_abandoned_key(key_id)
+            ca_retention.forget_abandoned_key(key_id)
         if page.next is None:
             break
         start = page.next

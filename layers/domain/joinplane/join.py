@@ -1,5 +1,6 @@
-"""Machine join (levers9's JoinMachine) and renewal: read the facts, decide, commit, and on a lost
-condition read again and decide again.
+"""Machine join (levers9's JoinMachine): read the facts, decide, commit, and on a lost condition
+read again and decide again. Renewal, which shares its helpers, is joinplane.renewal; the branch of
+a join that presents a TPM is joinplane.tpm_join, loaded only then.
 
 - `joinplane.join_facts` reads what the call presents (token, identity, proof, hardware ids,
   preflight, the attestors' lookups); `joinplane.join_decide` decides over typed facts, without
@@ -31,7 +32,6 @@ from joinplane import (
     attestors,
     clock,
     credentials,
-    errors,
     ids,
     join_decide,
     join_facts,
@@ -40,7 +40,6 @@ from joinplane import (
     machines,
     observe,
     pools,
-    proof,
 )
 from joinplane.attestors import Vote
 from joinplane.dal import joins as joins_db
@@ -51,7 +50,7 @@ from joinplane.dal.machines import Claim, IdentityRecord, MachineRecord, TpmFact
 from joinplane.dal.pools import PoolRecord
 from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
-from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unauthenticated, Unavailable
+from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
 from joinplane.join_decide import (
     Admit,
     ConsumeApproval,
@@ -115,9 +114,9 @@ def issue_certificate(
     point is under `base_url` (default: the request's)."""
     if csr is None:
         return Certificate()
-    from joinplane import ca
+    from joinplane import machine_certificates
 
-    issued = ca.issue_machine_certificate(
+    issued = machine_certificates.issue_machine_certificate(
         crl_base_url=_base_url.get() if base_url is None else base_url,
         tenant_id=pool.tenant_id,
         site_id=pool.site_id,
@@ -511,41 +510,6 @@ def _dry_run(attempt: Attempt) -> Response:
     )
 
 
-def _tpm(attempt: Attempt) -> Attempt | IdentityRecord | Response:
-    """A join that presents a TPM (docs/tpm.md): its challenge, or the attempt with the TPM's
-    activation checked and consumed. A poll of the key's pending join request through its token
-    needs no new activation: the request recorded what the TPM proved, so the key's record comes
-    back and its history decides (the attestors would count the unactivated TPM as none, and
-    `tpm: require` would deny the poll of a request it deferred). A dry run never activates: it
-    answers as for a TPM not proved. Nothing here runs for a join without a TPM."""
-    from joinplane import tpm_join
-
-    request = attempt.request
-    presented = tpm_join.presented(request, attempt.csr)
-    attempt = attempt._replace(ek_sha256=presented.ek_sha256)
-    if request.dryRun:
-        return attempt
-    if request.tpm.activation is not None:
-        activated = tpm_join.activate(
-            attempt.token, attempt.identity, presented, request.tpm.activation.secret, attempt.proof_ms
-        )
-        observe.note(tpmActivated=True)
-        return attempt._replace(tpm=activated)
-    record = machines_db.get_identity(attempt.tenant, attempt.identity)
-    if record is not None and record.request_id and not record.machine_id:
-        return record if record.token_id == attempt.token.token_id else attempt
-    if not attempt.token.usable_at(clock.now()):
-        # A spent token challenges only the keys it already serves (their re-joins): no
-        # challenge is stored for a join the token would refuse anyway.
-        _refuse(join_decide.spent_token(attempt.token, record))
-    if attempt.proof_ms is None:
-        # A key has one live challenge, which a new one replaces: only its holder may ask, or anyone
-        # with the (public) CSR and a token of the tenant could cancel the machine's activation.
-        raise Unauthenticated(tpm_join.PROOF_NEEDED, reason=errors.PROOF_REQUIRED)
-    observe.log("INFO", "join challenged to activate a TPM credential", outcome="challenged")
-    return tpm_join.challenge(attempt.token, attempt.identity, presented)
-
-
 def _refused(action: str, metric: str, error: JoinplaneError) -> None:
     # denied: a decision about this machine (attestors, revoked, retired key); refused: the call
     # itself could not be served (malformed, bad token, lost race, unavailable).
@@ -566,13 +530,13 @@ def join_machine(
 
 
 def _join_machine(body: bytes, authorization: str, proof_header: str) -> Response:
-    from joinplane import ca
+    from joinplane import csr_checks
 
     request = join_wire.decode_join(body)
     secret = join_facts.token_secret(request, authorization)
     token = join_facts.load_token(secret)
     observe.note(tenantId=token.tenant_id, siteId=token.site_id, poolId=token.pool_id, tokenId=token.token_id)
-    csr = ca.parse_csr(request.csr) if request.csr else None
+    csr = csr_checks.parse_csr(request.csr) if request.csr else None
     attempt = Attempt(
         request,
         token,
@@ -583,7 +547,10 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
     )
     polled: IdentityRecord | None = None
     if join_facts.presents_tpm(request):
-        challenged = _tpm(attempt)
+        # Loaded only here: a join without a TPM pays nothing for the TPM code.
+        from joinplane import tpm_join
+
+        challenged = tpm_join.challenge_or_activate(attempt)
         if isinstance(challenged, IdentityRecord):
             polled = challenged
         elif not isinstance(challenged, Attempt):
@@ -608,111 +575,3 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         _refuse(join_decide.spent_token(token, record))
     assert record is not None
     return _known(attempt, record)
-
-
-def renew(
-    body: bytes, proof_header: str = "", base_url: str = ""
-) -> tuple[int, join_views.RenewMachineResponse]:
-    _base_url.set(base_url)
-    try:
-        return _renew(body, proof_header)
-    except JoinplaneError as error:
-        _refused("renewal", "Renewals", error)
-        raise
-
-
-def _renew(body: bytes, proof_header: str) -> tuple[int, join_views.RenewMachineResponse]:
-    """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
-    join identity moves with it, in the same transaction).
-
-    The body carries the machine token, so a captured renewal must not be worth a certificate for
-    another key: the renewal proves fresh possession of the machine's current key (and, when the
-    key changes, of the new one too), and moves the identity's proof mark like a re-join. A machine
-    that joined with a fingerprint only has no key and no certificate: it cannot renew into one
-    (nothing would tie the new key to the machine but its bearer token)."""
-    from joinplane import ca
-
-    machine_token, csr_pem = join_wire.decode_renew(body)
-    machine = machines.authenticate(machine_token)
-    observe.note(
-        tenantId=machine.tenant_id,
-        siteId=machine.site_id,
-        poolId=machine.pool_id,
-        machineId=machine.machine_id,
-    )
-    _refuse(join_decide.renewable(machine))
-    csr = ca.parse_csr(csr_pem)
-    parsed = proof.parse(proof_header)
-    if parsed is None:
-        raise Unauthenticated(join_decide.PROOF_REQUIRED, reason=errors.PROOF_REQUIRED)
-    proof_ms = proof.verify(
-        parsed,
-        purpose="renew",
-        credential=machine_token,
-        body=body,
-        csr_key=csr.public_key,
-        identity=machine.identity,
-    ).timestamp_ms
-    rotating = csr.public_key_sha256 != machine.identity
-    pool = _pool(machine.tenant_id, machine.pool_id)
-    for _ in attempts(3, exhausted=Aborted("the pool changed while renewing; retry")):
-        # The certificate's lifetime comes from the pool: the pool as read, or read again.
-        cert = issue_certificate(csr, pool, machine.machine_id)
-        now = clock.now()
-        # The new key's record moves to the machine; the current key's is retired by the same
-        # transaction, so that key can never join again (a revoked machine's earlier key neither).
-        new_identity = (
-            IdentityRecord.new(
-                tenant_id=machine.tenant_id,
-                identity=csr.public_key_sha256,
-                token_id=machine.token_id,
-                site_id=machine.site_id,
-                now=now,
-                pool_id=machine.pool_id,
-                machine_id=machine.machine_id,
-                proof_at=proof_ms,
-            )
-            if rotating
-            else None
-        )
-        try:
-            outcome = joins_db.renew(
-                machine,
-                identity=csr.public_key_sha256,
-                certificate_serial=cert.serial,
-                certificate_expires_at=cert.expires_at,
-                certificate_ca_id=cert.ca_id,
-                new_identity=new_identity,
-                # The replaced key may be compromised (the usual reason to rotate): its certificates
-                # go on the CRL. A renewal that keeps the key leaves them valid, and tracked.
-                earlier=() if rotating else machines.replaced_certificates(machine),
-                superseded=machines.superseded_certificates(machine, now) if rotating else (),
-                proof_ms=proof_ms,
-                pool=pool,
-                now=now,
-            )
-        except joins_db.NotRecorded:
-            raise Unavailable("the renewal could not be recorded, retry") from None
-        match outcome:
-            case joins_db.Committed():
-                # Counted apart: a rotation is also an event, a routine renewal only this count.
-                observe.decision(
-                    "machine renewed", "Renewals", "rotated" if rotating else "renewed", keyRotated=rotating
-                )
-                return 200, join_wire.renew_response(
-                    machine.machine_id, cert.certificate, cert.ca_certificates, cert.expires_at
-                )
-            case joins_db.MachineChanged():
-                raise join_decide.renewal_machine_lost()
-            case joins_db.CertificateChanged():
-                # A concurrent renewal of this machine won: renew on top of it (with the key read).
-                machine = machines.authenticate(machine_token)
-                if (csr.public_key_sha256 != machine.identity) != rotating:
-                    raise Aborted("the machine's key changed while renewing; retry")
-            case joins_db.IdentityMoved(current_record):
-                raise join_decide.renewal_identity_lost(machine, current_record)
-            case joins_db.KeyTaken():
-                raise join_decide.key_in_use()
-            case joins_db.PoolChanged():
-                pool = _pool(machine.tenant_id, machine.pool_id, fresh=True)
-    raise AssertionError("unreachable: attempts() raises when exhausted")

@@ -25,7 +25,7 @@ class Attempt(NamedTuple):
     request: JoinMachineRequest
     token: JoinTokenRecord
     identity: str
-    csr: Any  # ca.Csr | None; typed loosely so this module does not import cryptography
+    csr: Any  # csr_checks.Csr | None; typed loosely so this module does not import cryptography
     ek_sha256: str
     proof_ms: int | None = None
     tpm: Any = None  # tpm_join.Activated | None; loosely typed: only TPM joins import tpm_join

@@ -1,5 +1,6 @@
 """Credential activation in the join (docs/tpm.md): what a TPM join presents, its challenge, and
-the check of its answer. Imported only by a join whose `tpm` carries `ekPublic` and `akPublic`.
+the check of its answer, and the join's branch that runs them (`challenge_or_activate`). Imported
+only by a join whose `tpm` carries `ekPublic` and `akPublic`.
 
 1. The join presents its EK and an AK (TPM2B_PUBLIC each) and no `activation`: the server checks
    the AK is this TPM's own restricted signing key, seals a fresh 32-byte secret to the EK and the
@@ -24,7 +25,8 @@ import hmac
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from joinplane import clock, errors, join_wire, tpm_credential, tpm_manufacturers
+from joinplane import clock, errors, join_decide, join_wire, observe, tpm_credential, tpm_manufacturers
+from joinplane.dal import machines as machines_db
 from joinplane.dal import tpm_challenges as challenges_db
 from joinplane.dal.tpm_challenges import ChallengeRecord
 from joinplane.errors import InvalidArgument, Unauthenticated
@@ -32,7 +34,9 @@ from joinplane.tpm_manufacturers import EkCertificate
 
 if TYPE_CHECKING:
     from joinplane import join_views
+    from joinplane.dal.machines import IdentityRecord
     from joinplane.dal.tokens import JoinTokenRecord
+    from joinplane.join_facts import Attempt
     from joinplane.join_wire import JoinMachineRequest
 
 CHALLENGE_SECONDS = 300
@@ -43,7 +47,7 @@ PROOF_NEEDED = (
 )
 
 
-class Presented(NamedTuple):
+class PresentedTpm(NamedTuple):
     """A TPM join's EK and AK, read and checked; the EK certificate if sent (its key is the EK's)."""
 
     ek: tpm_credential.Public
@@ -72,7 +76,7 @@ def _public(field: str, encoded: str) -> tpm_credential.Public:
         ) from None
 
 
-def presented(request: JoinMachineRequest, csr: Any) -> Presented:
+def presented(request: JoinMachineRequest, csr: Any) -> PresentedTpm:
     """The EK and AK of a join whose `tpm` has `ekPublic` or `akPublic` (join_facts asks), each
     checked: a 400 naming the field for a blob that is not a usable EK or AK, for an AK a TPM could
     export or use to decrypt, and for an `ekPublicKeySha256` or EK certificate of another key."""
@@ -99,11 +103,11 @@ def presented(request: JoinMachineRequest, csr: Any) -> Presented:
     certificate = facts = None
     if tpm.ekCertificatePem:
         certificate, facts = tpm_manufacturers.read_ek_certificate(tpm.ekCertificatePem, spki)
-    return Presented(ek, ak, ek_sha256, certificate, facts)
+    return PresentedTpm(ek, ak, ek_sha256, certificate, facts)
 
 
 def _expected(
-    token: JoinTokenRecord, identity: str, tpm: Presented, secret_sha256: str, expires: int
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm, secret_sha256: str, expires: int
 ) -> ChallengeRecord:
     return ChallengeRecord(
         tenant_id=token.tenant_id,
@@ -117,7 +121,7 @@ def _expected(
 
 
 def challenge(
-    token: JoinTokenRecord, identity: str, tpm: Presented
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm
 ) -> tuple[int, join_views.JoinMachineResponse]:
     """Step 1: a credential for this TPM to activate, its secret stored only as a digest (one
     PutItem, replacing any earlier challenge of this key)."""
@@ -133,7 +137,7 @@ def challenge(
 
 
 def activate(
-    token: JoinTokenRecord, identity: str, tpm: Presented, secret: str, proof_ms: int | None
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm, secret: str, proof_ms: int | None
 ) -> Activated:
     """Step 3: the answer, checked and consumed (one conditional DeleteItem), or a 401."""
     if proof_ms is None:
@@ -158,3 +162,40 @@ def manufacturer(tenant_id: str, site_id: str, activated: Activated) -> EkCertif
         return None
     maker, problem = tpm_manufacturers.check(tenant_id, site_id, activated.certificate, clock.now())
     return activated.certificate_facts._replace(manufacturer=maker, problem=problem)
+
+
+def challenge_or_activate(
+    attempt: Attempt,
+) -> Attempt | IdentityRecord | tuple[int, join_views.JoinMachineResponse]:
+    """A join that presents a TPM (docs/tpm.md): its challenge, or the attempt with the TPM's
+    activation checked and consumed. A poll of the key's pending join request through its token
+    needs no new activation: the request recorded what the TPM proved, so the key's record comes
+    back and its history decides (the attestors would count the unactivated TPM as none, and
+    `tpm: require` would deny the poll of a request it deferred). A dry run never activates: it
+    answers as for a TPM not proved. Nothing here runs for a join without a TPM."""
+    request = attempt.request
+    tpm = presented(request, attempt.csr)
+    attempt = attempt._replace(ek_sha256=tpm.ek_sha256)
+    if request.dryRun:
+        return attempt
+    if request.tpm.activation is not None:
+        activated = activate(
+            attempt.token, attempt.identity, tpm, request.tpm.activation.secret, attempt.proof_ms
+        )
+        observe.note(tpmActivated=True)
+        return attempt._replace(tpm=activated)
+    record = machines_db.get_identity(attempt.tenant, attempt.identity)
+    if record is not None and record.request_id and not record.machine_id:
+        return record if record.token_id == attempt.token.token_id else attempt
+    if not attempt.token.usable_at(clock.now()):
+        # A spent token challenges only the keys it already serves (their re-joins): no
+        # challenge is stored for a join the token would refuse anyway.
+        refusal = join_decide.spent_token(attempt.token, record)
+        if refusal is not None:
+            raise refusal.error
+    if attempt.proof_ms is None:
+        # A key has one live challenge, which a new one replaces: only its holder may ask, or anyone
+        # with the (public) CSR and a token of the tenant could cancel the machine's activation.
+        raise Unauthenticated(PROOF_NEEDED, reason=errors.PROOF_REQUIRED)
+    observe.log("INFO", "join challenged to activate a TPM credential", outcome="challenged")
+    return challenge(attempt.token, attempt.identity, tpm)

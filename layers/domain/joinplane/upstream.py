@@ -17,11 +17,12 @@ a chain ending in an intermediate would be trusted by nothing a verifier could c
 intermediate, and every certificate of its chain, must stay valid for at least MAX_LIFETIME_SECONDS
 from the import (an intermediate made with `-days 1` is a mistake to catch now, not in a month);
 after that, issuance must clip each machine certificate to the earliest notAfter of the path
-(`Checked.not_after`; ca.issue_machine_certificate clips to the CA's own notAfter, and a chain
+(`Checked.not_after`; joinplane.machine_certificates clips to the CA's own notAfter, and a chain
 certificate may expire first).
 
 Only certificate code imports this module (the certificate authorities function); it still loads
-`cryptography` inside its functions, as every module but ca.py does (tests/architecture).
+`cryptography` inside its functions, as every module but the certificate code does
+(tests/architecture).
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
 
-    from joinplane import ca, der
+    from joinplane import ca, ca_keys, der
 
-    public_key = ca.kms_public_key(key_id)
+    public_key = ca_keys.kms_public_key(key_id)
     spki = public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
@@ -93,7 +94,7 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
         .subject_name(subject)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(ca.ca_key_usage(), critical=True)
-        .sign(ca.throwaway_key(), hashes.SHA256())
+        .sign(ca_keys.throwaway_key(), hashes.SHA256())
     )
     # A CSR carries the signer's own key and cryptography signs only with keys it holds: keep the
     # draft's version, subject and attributes, and put the KMS key's SubjectPublicKeyInfo in place
@@ -105,7 +106,7 @@ def csr_for_key(key_id: str, subject: x509.Name) -> str:
         spki,
         der.sequence_element(drafted, 3),
     )
-    signed = der.signed(info, der.ECDSA_WITH_SHA256, ca.kms_sign_tbs(key_id, info))
+    signed = der.signed(info, der.ECDSA_WITH_SHA256, ca_keys.kms_sign_tbs(key_id, info))
     try:
         request = x509.load_der_x509_csr(signed)
         verified = request.is_signature_valid and request.public_key() == public_key

@@ -575,9 +575,3 @@ def release(tenant_id: str, machine_id: str, claims: list[Claim]) -> list[dynamo
         )
         for kind, value in claims
     ]
-
-
-# Old names, until the modules being split (ca, join, dal.authorities) take the new ones.
-Identity = IdentityRecord
-Machine = MachineRecord
-TpmFacts = TpmFactsRecord

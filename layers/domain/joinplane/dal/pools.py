@@ -447,7 +447,3 @@ def is_current(pool: PoolRecord, *, name: str = "pool") -> dynamo.Write:
         values={":active": "active", ":version": pool.version},
         name=name,
     )
-
-
-# Old name, until the modules being split (ca, join, dal.authorities) take the new one.
-Pool = PoolRecord

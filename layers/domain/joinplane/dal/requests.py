@@ -385,9 +385,3 @@ def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None
         start_after=start,
     )
     return DuePage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key)
-
-
-# Old names, until the modules being split (ca, join, dal.authorities) take the new ones.
-JoinRequest = JoinRequestRecord
-VoteReason = VoteReasonRecord
-Verdict = VerdictRecord

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo, items, machines, removals, requests
 from joinplane.dal.apikeys import ApiKeyRecord
-from joinplane.dal.authorities import CertificateAuthority
+from joinplane.dal.authorities import CertificateAuthorityRecord
 from joinplane.dal.clusters import ClusterKeyRecord, ClusterNodeRecord
 from joinplane.dal.discovery import DiscoveryEntryRecord
 from joinplane.dal.dynamo import Item
@@ -87,7 +87,7 @@ Image = (
     | JoinTokenRecord
     | ApiKeyRecord
     | ClusterKeyRecord
-    | CertificateAuthority
+    | CertificateAuthorityRecord
     | PoolRecord
     | DiscoveryEntryRecord
     | AllowedKeyRecord
@@ -101,7 +101,7 @@ _BY_PREFIX: dict[str, Callable[[Item], Image]] = {
     "JOINTOKEN#": JoinTokenRecord.from_item,
     "APIKEY#": ApiKeyRecord.from_item,
     "CLUSTERKEY#": ClusterKeyRecord.from_item,
-    "CA#": CertificateAuthority.from_item,
+    "CA#": CertificateAuthorityRecord.from_item,
     removals.PREFIX: RemovalRecord.from_item,
 }
 
