@@ -56,7 +56,8 @@ def reset() -> None:
 
 
 def rfc3339(instant: float | datetime) -> str:
-    """RFC 3339, UTC, whole seconds, with `Z`: the one timestamp format on every wire."""
+    """RFC 3339, UTC, whole seconds, with `Z`: the one timestamp format on every wire. Of an instant,
+    or of an epoch a record stored (a CA's `bundleUntil` shown in an answer)."""
     if isinstance(instant, datetime):
         instant = instant.timestamp()
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(instant)))
