@@ -13,7 +13,7 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract bench clean tools install-cli dist console-screenshot
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract routes bench clean tools install-cli dist console-screenshot
 
 setup: $(STAMP) tools
 
@@ -143,6 +143,13 @@ test: setup lint typecheck validate scan build runtime
 JOINPLANE_SCHEMATHESIS_SECONDS ?= 120
 contract: setup tools
 	JOINPLANE_SCHEMATHESIS_SECONDS=$(JOINPLANE_SCHEMATHESIS_SECONDS) $(BIN)/pytest tests/contract
+
+# After adding or changing a row of layers/domain/joinplane/routes.py (or a request model or view):
+# template.yaml gets the HttpApi event of every route it lacks (it names, and leaves, any event the
+# table lacks), and shared/openapi.json is written again.
+routes: $(RUN_STAMP)
+	$(PY) -m joinplane.contract.template template.yaml
+	$(PY) -m joinplane.contract > shared/openapi.json.new && mv shared/openapi.json.new shared/openapi.json
 
 bench: setup build runtime
 	$(PY) -m tests.bench

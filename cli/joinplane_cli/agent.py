@@ -1,10 +1,8 @@
-"""The machine's side: `joinplane join` and `joinplane renew`.
-
-The server tells outcomes apart by gRPC code, and PERMISSION_DENIED (7) covers four of them
-(rejected, expired, revoked, denied by an attestor); the google.rpc.ErrorInfo in `details` names
-which one (`reason`, docs/join.md "Refusal reasons") and `classify_denial` switches on it, never on
-the English message. An unrecognised 7 is treated as a denial.
-"""
+"""`joinplane join`: the machine asks to join a pool with its facts, its key's CSR and (with --tpm)
+its TPM's attestation, waits for an operator while the join is deferred, and writes its identity to
+DIR once admitted. The agent service (`service`) joins through it too, and reuses its waiting: the
+retry-after bounds and the backoff. What a refusal means is in `refusals`; what an admission must
+hold before anything is written, in `issuance`."""
 
 from __future__ import annotations
 
@@ -22,10 +20,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from joinplane_cli import facts as machine_facts
-from joinplane_cli import render, statedir, tpm
+from joinplane_cli import issuance, render, statedir, tpm
 from joinplane_cli.api import ApiError, Client, Response, Retry, Unreachable
 from joinplane_cli.exits import CliError, Exit
-from joinplane_cli.keys import MachineKey, certificate_for, csr_matches, pem_certificates
+from joinplane_cli.keys import MachineKey, csr_matches
+from joinplane_cli.refusals import (
+    PROOF_REASONS,
+    TPM_ACTIVATION_FAILED,
+    TPM_ACTIVATION_REQUIRED,
+    Denial,
+    classify_denial,
+)
 
 DEFAULT_RETRY_AFTER = 30.0
 RETRY_AFTER_RANGE = (1.0, 3600.0)  # whatever the server says, ask again within a second to an hour
@@ -33,26 +38,9 @@ JITTER = 0.25  # up to 25% later than asked: many machines deferred together mus
 QUICK_RETRIES = 3  # transient failures retried even without --wait
 MAX_BACKOFF = 60.0
 
-# The server's refusal reasons (joinplane.errors) for a PERMISSION_DENIED, and the exit code of each.
-DENIAL_EXITS = {
-    "JOIN_REQUEST_REJECTED": Exit.REJECTED,
-    "JOIN_REQUEST_EXPIRED": Exit.EXPIRED,
-    "JOIN_DENIED": Exit.DENIED,
-    "MACHINE_REVOKED": Exit.DENIED,
-    "KEY_RETIRED": Exit.DENIED,
-}
-# The proof of possession's refusals: the machine's key or clock, not its token, is the problem.
-PROOF_REASONS = frozenset(
-    {"PROOF_REQUIRED", "PROOF_MALFORMED", "PROOF_STALE", "PROOF_INVALID", "PROOF_REPLAYED"}
-)
-# The server's refusal of a TPM's credential activation (wrong TPM, stale or replayed challenge).
-TPM_ACTIVATION_FAILED = "TPM_ACTIVATION_FAILED"
-# A re-join through a token that wants the TPM a machine joined with activated again.
-TPM_ACTIVATION_REQUIRED = "TPM_ACTIVATION_REQUIRED"
 # Challenges answered in a row without an outcome: a server that keeps asking is not answered forever.
 MAX_TPM_CHALLENGES = 3
 _MACHINE_TOKEN = re.compile(r"jpm_[0-9A-Za-z_]+")
-_MACHINE_ID = re.compile(r"mach_[0-9A-Za-z]+")
 
 
 def retry_after(value: Any) -> float:
@@ -68,73 +56,6 @@ def retry_after(value: Any) -> float:
         return DEFAULT_RETRY_AFTER
     low, high = RETRY_AFTER_RANGE
     return min(max(seconds, low), high)
-
-
-@dataclass(frozen=True)
-class Issued:
-    """What an admission or a renewal must hand over before anything is written to DIR."""
-
-    machine_id: str
-    certificate: str
-    ca_certificates: str
-    expires_at: str
-
-
-def _issued(body: dict[str, Any], key: MachineKey, problems: list[str]) -> Issued:
-    """Check the certificate part of an answer, adding what is wrong with it to `problems`."""
-    machine_id = body.get("machineId")
-    if not isinstance(machine_id, str) or not _MACHINE_ID.fullmatch(machine_id):
-        problems.append("machineId is not a mach_ id")
-    expires_at = body.get("certificateExpiresAt")
-    try:
-        leaf = certificate_for(body.get("certificate"), key)
-    except ValueError as wrong:
-        problems.append(f"certificate {wrong}")
-    else:
-        if not isinstance(expires_at, str) or render.parse_time(expires_at) is None:
-            expires_at = render.rfc3339(leaf.not_valid_after_utc.timestamp())
-    try:
-        pem_certificates(body.get("caCertificates"))
-    except ValueError:
-        problems.append("caCertificates is not PEM certificates")
-    return Issued(
-        str(machine_id), str(body.get("certificate")), str(body.get("caCertificates")), str(expires_at)
-    )
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-@dataclass(frozen=True)
-class Denial:
-    exit_code: Exit
-    headline: str
-    reason: str = ""
-    request_id: str = ""
-
-
-def classify_denial(failed: ApiError) -> Denial:
-    reason, request_id = failed.reason, failed.metadata.get("requestId", "")
-    exit_code = DENIAL_EXITS.get(reason, Exit.DENIED)
-    if exit_code == Exit.REJECTED:
-        return Denial(
-            Exit.REJECTED,
-            f"Join request {request_id or '(unknown)'} was rejected by an operator.",
-            failed.metadata.get("rejectionReason", ""),
-            request_id,
-        )
-    if exit_code == Exit.EXPIRED:
-        if not request_id:
-            return Denial(Exit.EXPIRED, "This machine's join request no longer exists (it expired long ago).")
-        return Denial(
-            Exit.EXPIRED,
-            f"Join request {request_id} expired before it was approved and used.",
-            request_id=request_id,
-        )
-    if reason == "MACHINE_REVOKED":
-        return Denial(Exit.DENIED, "This machine has been revoked by an operator.", failed.server_message)
-    return Denial(Exit.DENIED, "The join was denied.", failed.server_message.removeprefix("join denied: "))
 
 
 def _words(seconds: float) -> str:
@@ -584,7 +505,7 @@ class Agent:
         token = body.get("machineToken")
         if not isinstance(token, str) or not _MACHINE_TOKEN.fullmatch(token):
             problems.append("machineToken is not a jpm_ token")
-        issued = _issued(body, key, problems)
+        issued = issuance.checked(body, key, problems)
         bootstrap = body.get("bootstrap")
         if not isinstance(bootstrap, dict):
             problems.append("bootstrap is not an object")
@@ -599,8 +520,8 @@ class Agent:
             )
         machine = {
             "machineId": issued.machine_id,
-            "workspaceId": _text(body.get("workspaceId")),
-            "poolName": _text(body.get("poolName")),
+            "workspaceId": issuance.text(body.get("workspaceId")),
+            "poolName": issuance.text(body.get("poolName")),
             "url": self.o.url,
             "schedulable": body.get("schedulable") is True,
             "certificateExpiresAt": issued.expires_at,
@@ -653,134 +574,3 @@ class Agent:
             self.o.out,
         )
         return Exit.OK
-
-
-# --- renew ---------------------------------------------------------------------------------
-
-
-@dataclass
-class RenewOptions:
-    url: str | None
-    directory: Path
-    rotate_key: bool = False
-    output: str = "table"
-    timeout: float = 30.0
-    out: TextIO = field(default_factory=lambda: sys.stdout)
-    err: TextIO = field(default_factory=lambda: sys.stderr)
-
-
-def stored_machine(directory: Path) -> dict[str, Any]:
-    """machine.json as an object; {} when it is missing, unreadable or not an object."""
-    try:
-        machine = json.loads(statedir.read(directory, statedir.MACHINE) or "{}")
-    except (ValueError, RecursionError):
-        return {}
-    return machine if isinstance(machine, dict) else {}
-
-
-def renew(options: RenewOptions, *, lock_held: bool = False) -> Exit:
-    """Renew the certificate in DIR; `lock_held` when the caller (the agent service) holds DIR's lock."""
-    directory = options.directory
-    try:
-        with contextlib.nullcontext() if lock_held else statedir.locked(directory):
-            statedir.recover(directory)
-            token = (statedir.read(directory, statedir.TOKEN) or "").strip()
-            stored_key = statedir.read(directory, statedir.KEY)
-            if not token or stored_key is None:
-                raise CliError(
-                    f"{directory} holds no joined machine (no machine.token); run `joinplane join`",
-                    Exit.USAGE,
-                )
-            machine = stored_machine(directory)
-            url = options.url or _text(machine.get("url"))
-            if not url:
-                raise CliError("no server URL: pass --url or set JOINPLANE_URL", Exit.USAGE)
-            try:
-                current = MachineKey.load(stored_key.encode())
-            except ValueError as bad:
-                raise CliError(f"{directory / statedir.KEY}: {bad}", Exit.USAGE) from None
-            key = MachineKey.generate() if options.rotate_key else current
-            known_id = _text(machine.get("machineId"))
-            csr = key.csr(known_id)
-            client = Client(url, timeout=options.timeout)
-            try:
-                # Signed with the current key, also when rotating (the server knows only that one);
-                # a new key signs the same proof too, so the rotation proves both are held now.
-                response = client.post(
-                    "/machines/renew",
-                    {"machineToken": token, "csr": csr},
-                    proof=lambda raw: current.proof(
-                        "renew", token, raw, rotating_to=key if options.rotate_key else None
-                    ),
-                )
-            except ApiError as failed:
-                if failed.code == "PERMISSION_DENIED":
-                    raise CliError(f"Renewal refused: {failed.server_message}", Exit.DENIED) from None
-                if failed.code == "UNAUTHENTICATED" and failed.reason in PROOF_REASONS:
-                    raise CliError(
-                        f"Renewal refused: the server did not accept this machine's proof of its key: "
-                        f"{failed.server_message}",
-                        Exit.UNAUTHENTICATED,
-                    ) from None
-                if failed.code == "UNAUTHENTICATED":
-                    raise CliError(
-                        "Renewal refused: the machine token is not valid (replaced by a re-join?)",
-                        Exit.UNAUTHENTICATED,
-                    ) from None
-                raise
-            problems: list[str] = []
-            issued = _issued(response.body, key, problems)
-            if not problems and _MACHINE_ID.fullmatch(known_id) and issued.machine_id != known_id:
-                problems.append(f"machineId is not {known_id}, the machine in {directory}")
-            if problems:
-                raise CliError(
-                    f"the server's renewal answer is unusable ({'; '.join(problems)}); "
-                    f"{directory} was left as it was",
-                    Exit.ERROR,
-                )
-            machine.update(
-                machineId=issued.machine_id,
-                url=url,
-                certificateExpiresAt=issued.expires_at,
-                certificateIssuedAt=render.rfc3339(response.now()),
-            )
-            files: dict[str, str | bytes] = {
-                name: (directory / name).read_bytes()
-                for name in statedir.OURS
-                if (directory / name).is_file()
-            }
-            files.update(
-                {
-                    statedir.KEY: key.pem(),
-                    statedir.CSR: csr,
-                    statedir.CERTIFICATE: issued.certificate,
-                    statedir.CA: issued.ca_certificates,
-                    statedir.MACHINE: json.dumps(machine, indent=2) + "\n",
-                }
-            )
-            statedir.commit(directory, {n: statedir.content(n, d) for n, d in files.items()})
-    except statedir.Busy as busy:
-        raise CliError(str(busy), Exit.USAGE) from None
-    except OSError as failed:
-        raise CliError(f"{directory}: {failed.strerror or failed}", Exit.USAGE) from None
-    except UnicodeDecodeError:
-        raise CliError(f"{directory}: machine.token or machine.key is not text", Exit.USAGE) from None
-    if options.output == "json":
-        render.print_json(
-            {
-                "machineId": issued.machine_id,
-                "certificateExpiresAt": issued.expires_at,
-                "keyRotated": options.rotate_key,
-                "directory": str(directory),
-            },
-            options.out,
-        )
-    else:
-        print(
-            f"Renewed the certificate of {issued.machine_id}: expires {issued.expires_at} "
-            f"({render.until(issued.expires_at, response.now())}).",
-            file=options.out,
-        )
-        if options.rotate_key:
-            print("  The machine's key was replaced; the old key no longer identifies it.", file=options.out)
-    return Exit.OK

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from joinplane_cli import agent, render, skew, statedir
+from joinplane_cli import agent, render, renew, skew, statedir
 from joinplane_cli.api import ApiError, Unreachable
 from joinplane_cli.exits import CliError, Exit
 
@@ -96,7 +96,7 @@ def held(directory: Path) -> Held:
         certificate = x509.load_pem_x509_certificate((directory / statedir.CERTIFICATE).read_bytes())
     except (OSError, ValueError) as bad:
         raise CliError(f"{directory / statedir.CERTIFICATE}: {bad}", Exit.USAGE) from None
-    machine = agent.stored_machine(directory)
+    machine = renew.stored_machine(directory)
     not_before = certificate.not_valid_before_utc.timestamp()
     expires_at = certificate.not_valid_after_utc.timestamp()
     issued_at = render.parse_time(machine.get("certificateIssuedAt"))
@@ -187,8 +187,8 @@ class Service:
             if self._sleep_until(due):
                 return self._stopped()
             try:
-                agent.renew(
-                    agent.RenewOptions(
+                renew.renew(
+                    renew.RenewOptions(
                         url=self.o.url,
                         directory=directory,
                         output=self.o.output,
@@ -253,7 +253,7 @@ class Service:
     def _hook(self, event: str) -> None:
         if not self.o.on_renew:
             return
-        machine = agent.stored_machine(self.o.directory)
+        machine = renew.stored_machine(self.o.directory)
         environment = {k: v for k, v in os.environ.items() if k not in _HOOK_HIDDEN}
         environment.update(
             JOINPLANE_EVENT=event,

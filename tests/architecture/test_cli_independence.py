@@ -1,5 +1,6 @@
 """The `joinplane` command is a client of the HTTP API and a package of its own (cli/pyproject.toml):
-it imports nothing of the server, and every third-party module it imports is a declared dependency."""
+it imports nothing of the server, and every third-party module it imports is a declared dependency.
+Its modules stay small enough to read whole."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "cli"
 SOURCES = sorted((CLI / "joinplane_cli").rglob("*.py"))
+MAX_LINES = 600
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -48,3 +50,12 @@ def test_the_cli_declares_what_it_needs_and_nothing_of_the_server() -> None:
     assert _declared() == {"cryptography"}
     assert project["project"]["scripts"] == {"joinplane": "joinplane_cli.main:main"}
     assert project["tool"]["setuptools"]["packages"] == ["joinplane_cli"]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_no_module_of_the_cli_is_over_600_lines(path: Path) -> None:
+    # Given one module of the CLI, Then it holds at most MAX_LINES lines: a module past that holds
+    # several things, and whoever looks for one command reads through the others (a new command
+    # gets a module of its own, as each operator concept has its admin_* module)
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"

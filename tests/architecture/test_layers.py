@@ -7,6 +7,7 @@ changed, and then ARCHITECTURE.md changes with it.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class Import:
     where: str  # "module" | "function" | "type-checking"
 
 
+@functools.cache  # every rule reads the same sources
 def imports_of(path: Path) -> list[Import]:
     found: list[Import] = []
 
@@ -50,7 +52,7 @@ def imports_of(path: Path) -> list[Import]:
                 found.extend(Import(_ours(a.name), (), here) for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module:
                 names = tuple(a.name for a in child.names)
-                if child.module in ("joinplane", "joinplane.dal", "joinplane.clusters"):
+                if child.module in ("joinplane", "joinplane.dal", "joinplane.clusters", "joinplane.contract"):
                     # `from joinplane import pools` imports the module joinplane.pools
                     base = _ours(child.module)
                     found.extend(Import(f"{base}.{n}".lstrip("."), (), here) for n in names)
@@ -157,8 +159,8 @@ def test_decisions_are_pure(name: str) -> None:
 
 
 def test_views_are_for_type_checkers_and_the_openapi_generator_only() -> None:
-    sources = [*MODULES.values(), *FUNCTIONS.rglob("app.py")]
-    for path in sources:
+    sources = [path for name, path in MODULES.items() if not _in_contract(name)]
+    for path in [*sources, *FUNCTIONS.rglob("app.py")]:
         for imported in imports_of(path):
             if imported.module in ("views", "join_views") and path.name not in ("views.py", "join_views.py"):
                 assert imported.where == "type-checking", f"{path} imports views at run time"
@@ -175,6 +177,40 @@ def test_event_details_are_for_type_checkers_and_the_schema_generator_only() -> 
                 assert imported.where == "type-checking", f"{name} imports {imported.module} at run time"
             assert imported.module != "event_schemas", f"{name} imports the schema generator"
     assert not {*details, "event_schemas"} & set(import_closure("events"))
+
+
+def _in_contract(name: str) -> bool:
+    return name == "contract" or name.startswith("contract.")
+
+
+def test_the_openapi_generator_is_imported_by_nothing_else() -> None:
+    # joinplane.contract writes shared/openapi.json at build time: it imports pydantic's schema
+    # machinery, every request model and every view. Given every module outside it
+    for name in sorted(OURS):
+        if _in_contract(name):
+            continue
+        # Then none imports it, even inside a function or for the type checker
+        strays = [i.module for i in imports_of(MODULES[name]) if _in_contract(i.module)]
+        assert strays == [], f"{name} imports {strays}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in OURS if _in_contract(n)))
+def test_the_openapi_generator_knows_nothing_of_the_table(name: str) -> None:
+    # It describes what the API says, from the route table, the models, the views and the dialects'
+    # constants: how answers are stored is no part of that.
+    strays = [i.module for i in our_imports(name) if i.module.startswith("dal.")]
+    assert strays == [], f"{name} imports {strays}"
+
+
+@pytest.mark.parametrize("app", sorted(FUNCTIONS.rglob("app.py")), ids=lambda p: p.parent.name)
+def test_no_function_reaches_the_openapi_generator(app: Path) -> None:
+    # Cold start: given everything a function's handler loads, at import or when a route runs
+    reached: set[str] = set()
+    for imported in imports_of(app):
+        if imported.where != "type-checking" and imported.module in OURS:
+            reached |= {imported.module, *import_closure(imported.module)}
+    # Then the generator is not among it
+    assert sorted(m for m in reached if _in_contract(m)) == [], app
 
 
 def test_cryptography_loads_only_with_the_certificate_code() -> None:

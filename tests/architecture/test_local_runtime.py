@@ -23,8 +23,7 @@ SOURCES = sorted((LOCAL / "joinplane_local").rglob("*.py"))
 
 # Each module of the domain the local runtime may import, and why. It runs the functions by their
 # handlers (functions/<name>/app.py, loaded by path), so serving a route needs none of the domain:
-# what it imports is for the services it stands in for, the dev tenant it seeds, and the OpenAPI
-# document it generates from the domain's route table.
+# what it imports is for the services it stands in for and the dev tenant it seeds.
 MAY_IMPORT = {
     "clock": "the clock the functions read: moved by /_local/clock, the Date of answers, schedules",
     "aws": "the functions' client factory: pointed at the emulator, hooked by the emulated IAM",
@@ -33,18 +32,9 @@ MAY_IMPORT = {
     "keyauth": "seeding the dev tenant: the admin key's stored form",
     "dal.apikeys": "seeding the dev tenant: the admin key's record",
     "pools": "seeding the dev tenant: the dev pool",
-    "ids": "seeding the dev tenant, and the OpenAPI document's id formats",
-    "errors": "seeding the dev tenant (what already exists), and the OpenAPI document's error reasons",
-    "grants": "seeding the dev tenant (the admin's grant), and the OpenAPI document's permissions",
-    "routes": "the OpenAPI document: the route table",
-    "views": "the OpenAPI document: the answers' types",
-    "operator_api": "the OpenAPI document: the operator envelope",
-    "join_wire": "the OpenAPI document: levers9's JoinMachine dialect",
-    "clusters.sylve_wire": "the OpenAPI document: Sylve's dialect",
-    "join_requests": "the OpenAPI document: request models",
-    "machines": "the OpenAPI document: request models",
-    "hardware": "the OpenAPI document: request models",
-    "proof": "the OpenAPI document: request models",
+    "ids": "seeding the dev tenant: the admin key's id",
+    "errors": "seeding the dev tenant: what already exists",
+    "grants": "seeding the dev tenant: the admin's grant",
 }
 
 

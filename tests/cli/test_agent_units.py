@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from joinplane_cli import agent, api, main, statedir
+from joinplane_cli import agent, api, main, refusals, statedir
 from joinplane_cli.exits import Exit
 from joinplane_cli.keys import MachineKey, csr_matches
 
@@ -64,7 +64,7 @@ def test_permission_denied_is_told_apart_by_its_reason(
     raw: bytes, exit_code: Exit, reason: str, request_id: str
 ) -> None:
     # When
-    denial = agent.classify_denial(api.parse_error(403, raw))
+    denial = refusals.classify_denial(api.parse_error(403, raw))
 
     # Then
     assert (denial.exit_code, denial.reason, denial.request_id) == (exit_code, reason, request_id)
@@ -73,8 +73,8 @@ def test_permission_denied_is_told_apart_by_its_reason(
 def test_every_denial_reason_the_cli_knows_is_in_the_servers_catalogue() -> None:
     from joinplane import errors
 
-    assert set(agent.DENIAL_EXITS) <= errors.CATALOGUE
-    assert {reason for reason in errors.CATALOGUE if reason.startswith("PROOF_")} == agent.PROOF_REASONS
+    assert set(refusals.DENIAL_EXITS) <= errors.CATALOGUE
+    assert {reason for reason in errors.CATALOGUE if reason.startswith("PROOF_")} == refusals.PROOF_REASONS
 
 
 def test_the_reason_is_read_from_both_envelopes() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import schemathesis
 from schemathesis.generation import GenerationMode
 
-from joinplane_local.openapi import EXAMPLE_TPM_ROOT
+from joinplane.routes import EXAMPLE_TPM_ROOT
 
 _PEM = Path(os.environ["JOINPLANE_CONTRACT_EK_PEM"]).read_text()
 

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from joinplane_local import openapi
+from joinplane.contract import openapi
 from tests.support import call, join, openssl_csr
 
 DOCUMENT = openapi.document()

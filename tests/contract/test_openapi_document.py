@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from joinplane_local import openapi
+from joinplane.contract import openapi
 
 DOCUMENT = openapi.document()
 OPERATIONS = [(path, method, op) for path, item in DOCUMENT["paths"].items() for method, op in item.items()]

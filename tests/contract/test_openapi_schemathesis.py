@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from joinplane_local import openapi
+from joinplane.contract import openapi
 from joinplane_local.runtime import Runtime
 from tests.support import ROOT
 from tests.support.runtime import local_runtime

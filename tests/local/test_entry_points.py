@@ -1,6 +1,7 @@
-"""Every command a user runs (each `python -m joinplane_local...` module and the `joinplane` CLI), on
-a machine with no AWS region, no AWS credentials and no Joinplane URL: each either works without
-them or ends with one readable line and an exit code, never a traceback."""
+"""Every command a user runs (each `python -m joinplane_local...` and `python -m
+joinplane.contract...` module, and the `joinplane` CLI), on a machine with no AWS region, no AWS
+credentials and no Joinplane URL: each either works without them or ends with one readable line and
+an exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.support.requirements import ROOT
 from tests.support.runtime import command
 
 LOCAL = ROOT / "local" / "joinplane_local"
+DOMAIN = ROOT / "layers" / "domain" / "joinplane"
 NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing answers
 
 # module -> (arguments, exit code, what its one line must say); None: it needs none of them and works
@@ -33,8 +35,10 @@ MODULES: dict[str, list[tuple[list[str], int, str | None]]] = {
             "no AWS credentials",
         ),
     ],
-    "joinplane_local.openapi": [([], 0, None)],
     "joinplane_local.deploydoc": [([], 0, None)],
+    "joinplane.contract": [([], 0, None)],
+    "joinplane.contract.template": [([], 2, "no template.yaml here")],
+    "joinplane.event_schemas": [([], 0, None)],
 }
 # The operator's commands share one settings path (`requests list` stands for them all); a machine's
 # three commands each have their own.
@@ -67,6 +71,11 @@ def test_every_entry_point_is_covered() -> None:
         f"joinplane_local.{path.stem}"
         for path in LOCAL.glob("*.py")
         if path.name != "__main__.py" and _has_main_guard(path)
+    }
+    runnable |= {
+        ".".join(("joinplane", *path.relative_to(DOMAIN).with_suffix("").parts)).removesuffix(".__main__")
+        for path in DOMAIN.rglob("*.py")
+        if path.name == "__main__.py" or _has_main_guard(path)
     }
     scripts = tomllib.loads((ROOT / "cli" / "pyproject.toml").read_text())["project"]["scripts"]
 

@@ -2,7 +2,7 @@
 for field: what `join_wire` builds and `join`, `tpm_join` and the machine join function return.
 
 grpc-gateway JSON, so these are not pydantic schemas as the operator API's answers in `views` are:
-the OpenAPI generator (joinplane_local.openapi) writes theirs by hand, exactly as the contract has
+the OpenAPI generator (joinplane.contract.levers9) writes theirs by hand, exactly as the contract has
 them, and tests/contract/test_openapi_document.py holds the two to the same field names.
 
 Like `views`, imported only by type checkers: never at a function's cold start.

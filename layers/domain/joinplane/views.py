@@ -2,7 +2,7 @@
 
 The domain builds its answers as plain dicts (`pools.view`, `tokens.view`, ...: cheap at cold
 start) and annotates those functions to return these TypedDicts, so mypy checks every answer's
-keys against the same types the OpenAPI generator (joinplane_local.openapi) turns into the
+keys against the same types the OpenAPI generator (joinplane.contract) turns into the
 response schemas, and the schemathesis contract test checks every answer the local runtime gives
 against those schemas. A key added to an answer and not here is a type error.
 
