@@ -13,7 +13,7 @@ REGION ?= us-east-1
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= $(REGION)
 
-.PHONY: setup run test lint typecheck validate scan build runtime pytest contract routes bench clean tools install-cli dist console-screenshot
+.PHONY: setup run test lint typecheck validate scan build runtime pytest contract routes bench clean tools install-cli dist console-screenshot cost
 
 setup: $(STAMP) tools
 
@@ -75,6 +75,11 @@ dist: setup
 	rm -rf cli/dist
 	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w cli/dist ./cli
 	@ls cli/dist/*.whl
+
+# What each flow of a machine's life costs at AWS list prices, measured on the local runtime
+# (docs/cost.md); ends with one JSON line of $ per million flows per signing mode.
+cost: $(RUN_STAMP)
+	$(PY) -m joinplane_local.cost $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

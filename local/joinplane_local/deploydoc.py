@@ -1,7 +1,7 @@
 """docs/deploy.md's generated section, from template.yaml: every parameter with its default and
 effect, the AWS services the stack creates resources in, what an idle deployment pays for each
 month (its alarms, dashboard and keys, counted from the template) and what a million joins cost,
-at the list prices below (the page's one copy of them).
+at the list prices of `joinplane_local.prices` (the one copy of them, which `make cost` uses too).
 
     python -m joinplane_local.deploydoc           # print the section
     python -m joinplane_local.deploydoc --write   # replace it in docs/deploy.md
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import prices
 from .template import ROOT, TEMPLATE, load
 
 PAGE = ROOT / "docs" / "deploy.md"
@@ -26,8 +27,8 @@ BEGIN = "<!-- deploydoc:begin (python -m joinplane_local.deploydoc --write) -->"
 END = "<!-- deploydoc:end -->"
 
 # us-east-1 list prices in USD, as read on PRICES_READ from each service's pricing page
-# (https://aws.amazon.com/<service>/pricing/), free tiers left out.
-PRICES_READ = "2026-12-01"
+# (https://aws.amazon.com/<service>/pricing/), free tiers left out: joinplane_local.prices.
+PRICES_READ = prices.PRICES_READ
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,24 @@ class Price:
 
 
 PRICES = {
-    "alarm": Price(0.10, "alarm metric per month (standard resolution)", "CloudWatch"),
-    "dashboard": Price(3.00, "dashboard per month, beyond the account's 3 free ones", "CloudWatch"),
-    "logs": Price(0.50, "GB of log lines ingested", "CloudWatch Logs"),
-    "kms_key": Price(1.00, "customer managed key per month", "KMS"),
-    "kms_sign": Price(0.15 / 10_000, "asymmetric request (kms:Sign)", "KMS"),
-    "http_api": Price(1.00 / 1_000_000, "HTTP API request", "API Gateway"),
-    "lambda_request": Price(0.20 / 1_000_000, "invocation", "Lambda"),
-    "lambda_gb_second": Price(0.0000166667, "GB-second, x86_64", "Lambda"),
-    "write": Price(0.625 / 1_000_000, "write request unit, on-demand", "DynamoDB"),
-    "read": Price(0.125 / 1_000_000, "read request unit, on-demand", "DynamoDB"),
-    "event": Price(1.00 / 1_000_000, "custom event published", "EventBridge"),
-    "secret": Price(0.40, "secret per month (the webhook connection's)", "Secrets Manager"),
+    "alarm": Price(
+        prices.CLOUDWATCH_ALARM_MONTH, "alarm metric per month (standard resolution)", "CloudWatch"
+    ),
+    "dashboard": Price(
+        prices.CLOUDWATCH_DASHBOARD_MONTH,
+        "dashboard per month, beyond the account's 3 free ones",
+        "CloudWatch",
+    ),
+    "logs": Price(prices.LOGS_INGESTED_GB, "GB of log lines ingested", "CloudWatch Logs"),
+    "kms_key": Price(prices.KMS_KEY_MONTH, "customer managed key per month", "KMS"),
+    "kms_sign": Price(prices.KMS_ASYMMETRIC_REQUEST, "asymmetric request (kms:Sign)", "KMS"),
+    "http_api": Price(prices.APIGATEWAY_HTTP_REQUEST, "HTTP API request", "API Gateway"),
+    "lambda_request": Price(prices.LAMBDA_REQUEST, "invocation", "Lambda"),
+    "lambda_gb_second": Price(prices.LAMBDA_GB_SECOND["x86_64"], "GB-second, x86_64", "Lambda"),
+    "write": Price(prices.DYNAMODB_WRU, "write request unit, on-demand", "DynamoDB"),
+    "read": Price(prices.DYNAMODB_RRU, "read request unit, on-demand", "DynamoDB"),
+    "event": Price(prices.EVENTBRIDGE_EVENT, "custom event published", "EventBridge"),
+    "secret": Price(prices.SECRET_MONTH, "secret per month (the webhook connection's)", "Secrets Manager"),
 }
 
 # One admitted join with a certificate, warm function (docs/join.md, "What each path costs"):

@@ -28,6 +28,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -180,6 +181,11 @@ def report_failure(logical_id: str, error: BaseException, stream: TextIO | None 
     out.flush()
 
 
+# Entered around each handler call with the function and its event: what `make cost` meters an
+# invocation by (its duration, and the AWS calls and log lines made inside it).
+InvocationHook = Callable[[FunctionSpec, Any], AbstractContextManager[Any]]
+
+
 class Functions:
     """Every function of one template, invocable by logical id."""
 
@@ -208,6 +214,7 @@ class Functions:
             for logical_id, spec in self.specs.items()
         }
         self._slots = {name: threading.BoundedSemaphore(limit) for name, limit in self.limits.items()}
+        self.invocation_hooks: list[InvocationHook] = []
 
     def put_concurrency(self, logical_id: str, limit: int | None) -> None:
         """Lambda's PutFunctionConcurrency; None puts back the limit the runtime started with.
@@ -307,7 +314,9 @@ class Functions:
         context = LambdaContext(spec, loaded.log_stream_name)
         started = time.monotonic()
         try:
-            with iam.acting_as(logical_id):
+            with iam.acting_as(logical_id), ExitStack() as hooks:
+                for hook in self.invocation_hooks:
+                    hooks.enter_context(hook(spec, payload))
                 result = loaded.handler(payload, context)
         except Exception as error:
             raise FunctionError(logical_id, type(error).__name__, str(error)) from error

@@ -29,6 +29,7 @@ import sys
 import threading
 import traceback
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any, TextIO
@@ -106,6 +107,8 @@ class Gateway:
         # Seconds a connection may send nothing (read when a connection opens).
         self.read_timeout = read_timeout
         self._local: list[tuple[str, re.Pattern[str], LocalHandler]] = []
+        # Called with each request and its response: `make cost` counts what API Gateway bills.
+        self.request_hooks: list[Callable[[Request, Response], None]] = []
         self._cache: dict[tuple[str, tuple[str, ...]], tuple[float, Any]] = {}
         self._cache_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -175,6 +178,8 @@ class Gateway:
             traceback.print_exc(file=self.log)
             response = gateway_answer(500, "Internal Server Error")
         response.headers.append(("apigw-requestid", request_id))
+        for hook in self.request_hooks:
+            hook(request, response)
         return response
 
     def _dispatch(self, request: Request, request_id: str) -> Response:
@@ -213,6 +218,7 @@ class Gateway:
         else:
             response = self._convert(route.function, result)
         response.function = route.function
+        response.route_key = route.route_key
         return response
 
     def _base_event(

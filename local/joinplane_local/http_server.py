@@ -72,6 +72,7 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     function: str | None = None  # for the request log line
+    route_key: str | None = None  # the template route that answered (API Gateway's routeKey)
 
     @classmethod
     def json(cls, status: int, document: Any) -> Response:

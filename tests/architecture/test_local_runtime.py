@@ -35,6 +35,7 @@ MAY_IMPORT = {
     "ids": "seeding the dev tenant: the admin key's id",
     "errors": "seeding the dev tenant: what already exists",
     "grants": "seeding the dev tenant: the admin's grant",
+    "clusters.inventory": "make cost: a Sylve node's inventory report, digested as a node digests it",
 }
 
 

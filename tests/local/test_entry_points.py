@@ -36,6 +36,12 @@ MODULES: dict[str, list[tuple[list[str], int, str | None]]] = {
         ),
     ],
     "joinplane_local.deploydoc": [([], 0, None)],
+    # Runs the flows in an embedded emulator, needing no AWS set-up (`make cost`, minutes long):
+    # here only its refusals of what it cannot run.
+    "joinplane_local.cost": [
+        (["--flow", "nosuch"], 2, "invalid choice"),
+        (["--repeat", "0"], 2, "must be at least 1"),
+    ],
     "joinplane.contract": [([], 0, None)],
     "joinplane.contract.template": [([], 2, "no template.yaml here")],
     "joinplane.event_schemas": [([], 0, None)],
