@@ -100,34 +100,31 @@ def _listed(*pems: str) -> list[ManufacturerRecord]:
     ]
 
 
-NOW = datetime.now(UTC)
-
-
 def _leaf(acme: SoftManufacturer, **options: Any) -> Any:
     return x509.load_pem_x509_certificate(acme.ek_certificate(soft_ek("ecc"), **options).encode())
 
 
 def test_an_ek_certificate_chains_through_the_intermediate_to_the_root(acme: SoftManufacturer) -> None:
-    leaf = _leaf(acme)
-    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem, acme.intermediate_pem), NOW) == (
+    leaf, now = _leaf(acme), datetime.now(UTC)
+    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem, acme.intermediate_pem), now) == (
         "CN=Acme TPM Root CA",
         "",
     )
     # Without its intermediate, or with only the intermediate (no root ends the chain), it does not
-    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem), NOW)[0] == ""
-    assert tpm_manufacturers.chain(leaf, _listed(acme.intermediate_pem), NOW)[0] == ""
+    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem), datetime.now(UTC))[0] == ""
+    assert tpm_manufacturers.chain(leaf, _listed(acme.intermediate_pem), datetime.now(UTC))[0] == ""
 
 
 def test_expired_and_foreign_certificates_do_not_chain_and_say_why(acme: SoftManufacturer) -> None:
     listed = _listed(acme.root_pem, acme.intermediate_pem)
-    expired = tpm_manufacturers.chain(_leaf(acme, expired=True), listed, NOW)
+    expired = tpm_manufacturers.chain(_leaf(acme, expired=True), listed, datetime.now(UTC))
     assert expired[0] == "" and "the EK certificate expired at" in expired[1]
     # A manufacturer whose root expires: checked at the join's time
-    late = tpm_manufacturers.chain(_leaf(acme), listed, NOW + timedelta(days=4000))
+    late = tpm_manufacturers.chain(_leaf(acme), listed, datetime.now(UTC) + timedelta(days=4000))
     assert late[0] == "" and "expired" in late[1]
     # An impostor CA of the same names but other keys signs nothing the real one did
     impostor = SoftManufacturer.make("Acme TPM")
-    foreign = tpm_manufacturers.chain(_leaf(impostor), listed, NOW)
+    foreign = tpm_manufacturers.chain(_leaf(impostor), listed, datetime.now(UTC))
     assert foreign[0] == "" and "no manufacturer certificate listed" in foreign[1]
 
 
