@@ -10,7 +10,7 @@ from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views
 
 routes = Router("MachineJoinFunction", join_wire.render_error)
 
@@ -22,7 +22,7 @@ def _body(request: HttpRequest) -> bytes:
 
 
 @routes.operation("ControlPlaneService_JoinMachine")
-def join_machine(request: HttpRequest) -> tuple[int, views.JoinMachineResponse]:
+def join_machine(request: HttpRequest) -> tuple[int, join_views.JoinMachineResponse]:
     return join.join_machine(
         _body(request),
         request.headers.get("authorization", ""),
@@ -33,7 +33,7 @@ def join_machine(request: HttpRequest) -> tuple[int, views.JoinMachineResponse]:
 
 
 @routes.operation("Joinplane_RenewMachine")
-def renew(request: HttpRequest) -> tuple[int, views.RenewMachineResponse]:
+def renew(request: HttpRequest) -> tuple[int, join_views.RenewMachineResponse]:
     return renewal.renew(_body(request), request.headers.get(proof.HEADER, ""), base_url=request.base_url)
 
 

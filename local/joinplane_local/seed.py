@@ -7,7 +7,7 @@ import contextlib
 
 from joinplane import clock, credentials, ids, keyauth, pools
 from joinplane.dal import apikeys as apikeys_db
-from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.apikeys import ApiKeyRecord
 from joinplane.errors import AlreadyExists, InvalidState
 from joinplane.grants import Grant
 
@@ -28,7 +28,7 @@ def install_admin_key(tenant_id: str, secret: str | None, description: str) -> s
                 "leave it unset to get a fresh key printed"
             )
         ulid = parsed.ulid
-    key = ApiKey(
+    key = ApiKeyRecord(
         key_id=f"{keyauth.ID_PREFIX}_{ulid}",
         tenant_id=tenant_id,
         grants=tuple(str(Grant.parse(g)) for g in ADMIN_GRANTS),

@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from joinplane import tpm_credential, tpm_manufacturers
-from joinplane.dal.tpm_manufacturers import Manufacturer
+from joinplane.dal.tpm_manufacturers import ManufacturerRecord
 from joinplane.errors import InvalidArgument
 from tests.support.attestation import call, make_key
 from tests.support.table import all_items
@@ -93,14 +93,11 @@ def test_read_only_keys_and_other_sites(admin_key: str, site_a: str, acme: SoftM
     assert (hidden.status, hidden.code) == (404, "NOT_FOUND")
 
 
-def _listed(*pems: str) -> list[Manufacturer]:
+def _listed(*pems: str) -> list[ManufacturerRecord]:
     return [
-        Manufacturer("acme", "site-a", str(i), pem, "", "", False, "", "", "", None)
+        ManufacturerRecord("acme", "site-a", str(i), pem, "", "", False, "", "", "", None)
         for i, pem in enumerate(pems)
     ]
-
-
-NOW = datetime.now(UTC)
 
 
 def _leaf(acme: SoftManufacturer, **options: Any) -> Any:
@@ -108,26 +105,26 @@ def _leaf(acme: SoftManufacturer, **options: Any) -> Any:
 
 
 def test_an_ek_certificate_chains_through_the_intermediate_to_the_root(acme: SoftManufacturer) -> None:
-    leaf = _leaf(acme)
-    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem, acme.intermediate_pem), NOW) == (
+    leaf, now = _leaf(acme), datetime.now(UTC)
+    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem, acme.intermediate_pem), now) == (
         "CN=Acme TPM Root CA",
         "",
     )
     # Without its intermediate, or with only the intermediate (no root ends the chain), it does not
-    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem), NOW)[0] == ""
-    assert tpm_manufacturers.chain(leaf, _listed(acme.intermediate_pem), NOW)[0] == ""
+    assert tpm_manufacturers.chain(leaf, _listed(acme.root_pem), datetime.now(UTC))[0] == ""
+    assert tpm_manufacturers.chain(leaf, _listed(acme.intermediate_pem), datetime.now(UTC))[0] == ""
 
 
 def test_expired_and_foreign_certificates_do_not_chain_and_say_why(acme: SoftManufacturer) -> None:
     listed = _listed(acme.root_pem, acme.intermediate_pem)
-    expired = tpm_manufacturers.chain(_leaf(acme, expired=True), listed, NOW)
+    expired = tpm_manufacturers.chain(_leaf(acme, expired=True), listed, datetime.now(UTC))
     assert expired[0] == "" and "the EK certificate expired at" in expired[1]
     # A manufacturer whose root expires: checked at the join's time
-    late = tpm_manufacturers.chain(_leaf(acme), listed, NOW + timedelta(days=4000))
+    late = tpm_manufacturers.chain(_leaf(acme), listed, datetime.now(UTC) + timedelta(days=4000))
     assert late[0] == "" and "expired" in late[1]
     # An impostor CA of the same names but other keys signs nothing the real one did
     impostor = SoftManufacturer.make("Acme TPM")
-    foreign = tpm_manufacturers.chain(_leaf(impostor), listed, NOW)
+    foreign = tpm_manufacturers.chain(_leaf(impostor), listed, datetime.now(UTC))
     assert foreign[0] == "" and "no manufacturer certificate listed" in foreign[1]
 
 

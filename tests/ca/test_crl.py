@@ -277,7 +277,7 @@ def test_a_crl_too_large_for_a_raw_kms_signature_is_signed_as_a_digest(
     expires, at = int(clock.epoch()) + 86400, clock.rfc3339(clock.now())
     for _ in range(150):
         serial = format(secrets.randbits(158) | 1 << 158, "x")
-        dynamo.put(revocations.Revoked(ca_id, serial, at, "unspecified", expires).to_item())
+        dynamo.put(revocations.RevocationRecord(ca_id, serial, at, "unspecified", expires).to_item())
     # When one more machine is revoked (its CRL rebuilt at once: one kms:Sign)
     kms_signs.clear()
     revoke(admin_key, machine)
@@ -327,7 +327,7 @@ def test_a_fetch_signs_only_when_the_crl_is_missing_due_or_missing_a_revocation(
     stored = revocations.get_crl(ca_id)
     assert stored is not None and stored.crl_number == 1
     dynamo.put(
-        revocations.Revoked(
+        revocations.RevocationRecord(
             ca_id, "7" * 40, clock.rfc3339(clock.now()), "unspecified", int(clock.epoch()) + 600
         ).to_item()
     )

@@ -120,8 +120,11 @@ def test_a_verifier_that_fetched_the_bundle_after_rotate_accepts_every_machine_b
 
     # When machines join and renew during the propagation period (the last second of it included)
     during = admit(admin_key, tmp_path / "during")
-    clock.advance(DAY - 2)
+    # (moved to instants counted from activatesAt, not from now: on a loaded machine the calls
+    # between the rotation and these take seconds of the real clock too)
+    clock.advance(seconds_from_now(prepared["activatesAt"]) - 10)
     renewed_before = renew(before, tmp_path / "before")
+    clock.advance(max(seconds_from_now(prepared["activatesAt"]) - 1, 0))
     last = admit(admin_key, tmp_path / "last")
     # Then the old CA signed them all, and they were handed the bundle with the next CA in it
     for machine in (during, renewed_before, last):
@@ -129,7 +132,7 @@ def test_a_verifier_that_fetched_the_bundle_after_rotate_accepts_every_machine_b
         assert machine["caCertificates"] == kept
 
     # When the period has passed, and the next machine joins (the first use activates the next CA)
-    clock.advance(3)
+    clock.advance(max(seconds_from_now(prepared["activatesAt"]) + 2, 0))
     after = admit(admin_key, tmp_path / "after")
     renewed_during = renew(during, tmp_path / "during")
     # Then the new CA signed them, and get shows the phases: it active, the old one retired

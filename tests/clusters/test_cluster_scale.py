@@ -13,8 +13,8 @@ from joinplane.clusters import inventory, membership
 from joinplane.clusters.inventory import InventoryEntry
 from joinplane.dal import clusters as clusters_db
 from joinplane.dal import dynamo
-from joinplane.dal.clusters import GuestBucket
-from joinplane.dal.pools import Bootstrap, Pool
+from joinplane.dal.clusters import GuestBucketRecord
+from joinplane.dal.pools import BootstrapRecord, PoolRecord
 from tests.support import call
 from tests.support.clusters import entries, join_body, make_cluster, post, registry
 
@@ -128,7 +128,7 @@ def test_the_worst_case_transaction_is_proven_to_fit() -> None:
         ids = range(max(1, number * clusters_db.BUCKET_WIDTH), (number + 1) * clusters_db.BUCKET_WIDTH - 1)
         claims = {i: ("jail", (f"{i:04d}" + nasty * 31)[:128]) for i in ids if i <= inventory.GUEST_ID_MAX}
         assert all(len(node.encode()) <= 128 for _, node in claims.values())
-        buckets[number] = GuestBucket("t" * 128, "p" * 128, number, version=7, claims=claims)
+        buckets[number] = GuestBucketRecord("t" * 128, "p" * 128, number, version=7, claims=claims)
     last = [n * clusters_db.BUCKET_WIDTH + clusters_db.BUCKET_WIDTH - 1 for n in range(membership.BUCKETS)]
     joiner_id = "\u00e9" * 64
     joiner = inventory.build_report(
@@ -137,14 +137,14 @@ def test_the_worst_case_transaction_is_proven_to_fit() -> None:
             for i in last
         ]
     )
-    pool = Pool(
+    pool = PoolRecord(
         tenant_id="t" * 128,
         pool_id="p" * 128,
         site_id="s" * 128,
         name="",
         workspace_id="",
         state="active",
-        bootstrap=Bootstrap(),
+        bootstrap=BootstrapRecord(),
         join_request_ttl_seconds=3600,
         certificate_ttl_seconds=3600,
         cluster=None,

@@ -165,10 +165,10 @@ def test_the_join_wire_schemas_name_the_fields_its_answers_carry(component: str,
     # Given a hand-written levers9 JoinMachine schema and the TypedDict join_wire builds that answer as
     from typing import NotRequired, get_origin, get_type_hints
 
-    from joinplane import views
+    from joinplane import join_views
 
     schema = DOCUMENT["components"]["schemas"][component]
-    fields = get_type_hints(getattr(views, answer), include_extras=True)
+    fields = get_type_hints(getattr(join_views, answer), include_extras=True)
     # Then both name the same fields, and the schema requires exactly those always present
     assert list(schema["properties"]) == list(fields)
     always = [name for name, hint in fields.items() if get_origin(hint) is not NotRequired]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import dynamo
-from joinplane.dal.authorities import CertificateAuthority
+from joinplane.dal.authorities import CertificateAuthorityRecord
 from joinplane.dal.pools import pool_key
 from tests.support import release_together
 
@@ -26,10 +27,11 @@ pytestmark = pytest.mark.harness
 
 THREADS = 16
 TENANT = "acme"
+AT = datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC)
 
 
-def authority(pool: str, ca_id: str, previous: str | None) -> CertificateAuthority:
-    return CertificateAuthority(
+def authority(pool: str, ca_id: str, previous: str | None) -> CertificateAuthorityRecord:
+    return CertificateAuthorityRecord(
         ca_id=ca_id,
         tenant_id=TENANT,
         site_id="s1",
@@ -74,7 +76,7 @@ def rotate_conditionally(pool: str, index: int) -> bool:
     assert read is not None
     new = authority(pool, f"ca_{index}_{pool}", read.active.ca_id)
     try:
-        authorities_db.rotate(read, new, retired_at="2026-12-01T00:00:01Z", bundle_until=1, keep=[])
+        authorities_db.rotate(read, new, now=AT, bundle_until=datetime.fromtimestamp(1, UTC), keep=[])
     except authorities_db.Contended:
         return False
     return True
@@ -103,14 +105,14 @@ def test_released_together_the_transactional_rotation_leaves_one_active_ca(table
 # --- An upstream CA's import, racing rotations ---------------------------------------------------------
 
 
-def pool_with_pending() -> tuple[str, CertificateAuthority]:
+def pool_with_pending() -> tuple[str, CertificateAuthorityRecord]:
     pool = new_pool()
     pending = authority(pool, f"ca_pending_{pool}", None)._replace(state="pending")
     authorities_db.put_pending(pending, replacing=None)
     return pool, pending
 
 
-def import_read_then_write(pool: str, pending: CertificateAuthority) -> bool:
+def import_read_then_write(pool: str, pending: CertificateAuthorityRecord) -> bool:
     read = authorities_db.read(TENANT, pool)
     assert read is not None
     dynamo.update(
@@ -133,7 +135,7 @@ def import_read_then_write(pool: str, pending: CertificateAuthority) -> bool:
     return True
 
 
-def import_conditionally(pool: str, pending: CertificateAuthority) -> bool:
+def import_conditionally(pool: str, pending: CertificateAuthorityRecord) -> bool:
     read = authorities_db.read(TENANT, pool)
     try:
         authorities_db.activate_pending(
@@ -141,9 +143,9 @@ def import_conditionally(pool: str, pending: CertificateAuthority) -> bool:
             pending,
             certificate_pem="",
             chain_pem=[],
-            activated_at="2026-12-01T00:00:01Z",
+            now=AT,
             activated_by="harness",
-            activates_at=2,
+            activates_at=datetime.fromtimestamp(2, UTC),
             keep=[],
         )
     except (authorities_db.Contended, authorities_db.PendingChanged):
@@ -151,7 +153,7 @@ def import_conditionally(pool: str, pending: CertificateAuthority) -> bool:
     return True
 
 
-def import_among_rotations(pool: str, pending: CertificateAuthority, importer: Any, index: int) -> bool:
+def import_among_rotations(pool: str, pending: CertificateAuthorityRecord, importer: Any, index: int) -> bool:
     # Thread 0 imports; the others rotate, as operators racing each other would.
     return importer(pool, pending) if index == 0 else rotate_conditionally(pool, index)
 
@@ -292,10 +294,9 @@ def activate_conditionally(pool: str) -> bool:
     try:
         authorities_db.activate(
             read,
-            activated_at="2026-12-01T00:00:02Z",
+            now=AT + timedelta(seconds=1),
             activated_by="harness",
-            retired_at="2026-12-01T00:00:02Z",
-            bundle_until=3,
+            bundle_until=datetime.fromtimestamp(3, UTC),
             keep=[],
         )
     except authorities_db.Contended:

@@ -62,7 +62,7 @@ def token_item(token_id: str) -> dict[str, Any]:
 @pytest.mark.parametrize("function", ANONYMOUS)
 def test_a_join_function_can_write_no_api_key(function: str, admin_key: str, joined: dict[str, Any]) -> None:
     # Given a forged platform-admin key, as a code-execution bug on the join path would write it
-    forged = apikeys_db.ApiKey(
+    forged = apikeys_db.ApiKeyRecord(
         key_id="k_forged",
         tenant_id="acme",
         grants=("PLATFORM_ADMIN@*",),
@@ -74,7 +74,7 @@ def test_a_join_function_can_write_no_api_key(function: str, admin_key: str, joi
     # When the join function puts it, alone or inside a transaction with a write it may make
     message = refused(function, lambda: dynamo.put(forged.to_item()))
     spend = tokens_db.spend_use(
-        tokens_db.JoinToken.from_item(token_item(joined["tokenId"])), now_epoch=int(clock.epoch())
+        tokens_db.JoinTokenRecord.from_item(token_item(joined["tokenId"])), now=clock.now()
     )
     put = dynamo.Write("Put", item=forged.to_item(), name="key")
     refused(function, lambda: dynamo.transact([spend, put]))
@@ -105,9 +105,9 @@ def test_the_machine_join_may_spend_a_tokens_use_and_write_nothing_else_of_it(jo
     pk, sk = tokens_db.token_key(joined["tokenId"])
     before = token_item(joined["tokenId"])
     # When the join function spends one use, as a join does / Then it may
-    token = tokens_db.JoinToken.from_item(before)
+    token = tokens_db.JoinTokenRecord.from_item(before)
     with iam.acting_as(function):
-        dynamo.transact([tokens_db.spend_use(token, now_epoch=int(clock.epoch()))])
+        dynamo.transact([tokens_db.spend_use(token, now=clock.now())])
     assert token_item(joined["tokenId"])["usesRemaining"] == before["usesRemaining"] - 1
     # But it may neither change what the token is nor make or delete one
     for attribute, value in (
@@ -131,11 +131,11 @@ def test_the_machine_join_may_spend_a_tokens_use_and_write_nothing_else_of_it(jo
 
 def test_the_cluster_join_writes_no_token_at_all(joined: dict[str, Any]) -> None:
     # Given a token (a cluster join never uses one: its credential is the cluster key)
-    token = tokens_db.JoinToken.from_item(token_item(joined["tokenId"]))
+    token = tokens_db.JoinTokenRecord.from_item(token_item(joined["tokenId"]))
     # When the cluster join spends a use / Then IAM refuses, and the token is unchanged
     refused(
         "ClusterJoinFunction",
-        lambda: dynamo.transact([tokens_db.spend_use(token, now_epoch=int(clock.epoch()))]),
+        lambda: dynamo.transact([tokens_db.spend_use(token, now=clock.now())]),
     )
     assert token_item(joined["tokenId"])["usesRemaining"] == token.uses_remaining
 
@@ -171,7 +171,7 @@ def test_a_lost_first_ca_race_leaves_its_key_to_the_retention_job(joined: dict[s
 def test_a_forged_abandoned_key_record_cannot_delete_a_key_in_use(joined: dict[str, Any]) -> None:
     # Given a record naming the pool's active CA key, as a compromised join function could write it
     with iam.acting_as("MachineJoinFunction"):
-        ca_retention.abandon_key(joined["keyId"], at_epoch=int(clock.epoch()))
+        ca_retention.abandon_key(joined["keyId"], at=clock.now())
     # When the retention job runs past the grace
     clock.advance(expiry.ABANDONED_KEY_GRACE_SECONDS + 1)
     with iam.acting_as("RetentionFunction"):

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from joinplane import attestors, aws_rules, errors, join_decide
 from joinplane.attestors import DEFER, DENY, Facts, Vote
-from joinplane.dal.machines import Identity, Machine, MachineFacts, TpmFacts
-from joinplane.dal.pools import Bootstrap, Pool
-from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import AttestationPolicy, AwsRules, JoinToken
+from joinplane.dal.machines import IdentityRecord, MachineFactsRecord, MachineRecord, TpmFactsRecord
+from joinplane.dal.pools import BootstrapRecord, PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import AttestationPolicyRecord, AwsRulesRecord, JoinTokenRecord
 from joinplane.errors import Aborted, FailedPrecondition, Internal, PermissionDenied, Unauthenticated
 from joinplane.join_decide import (
     Admit,
@@ -28,14 +29,15 @@ from joinplane.join_decide import (
 )
 from joinplane.join_wire import PreflightCheck
 
-NOW = 1_800_000_000.0
+NOW_EPOCH = 1_800_000_000
+NOW = datetime.fromtimestamp(NOW_EPOCH, UTC)
 KEY = "a" * 64
 FINGERPRINT = "fp-" + "b" * 64
 PROOF_MS = 1_800_000_000_000
 
 
-def token(**changes: Any) -> JoinToken:
-    base = JoinToken(
+def token(**changes: Any) -> JoinTokenRecord:
+    base = JoinTokenRecord(
         token_id="jtok_1",
         tenant_id="acme",
         site_id="lab",
@@ -44,29 +46,29 @@ def token(**changes: Any) -> JoinToken:
         description="",
         state="active",
         expires_at="",
-        expires_at_epoch=int(NOW) + 3600,
+        expires_at_epoch=NOW_EPOCH + 3600,
         max_uses=5,
         uses_remaining=5,
         require_approval=False,
-        attestation=AttestationPolicy(),
+        attestation=AttestationPolicyRecord(),
         created_at="",
     )
     return base._replace(**changes)
 
 
 SPENT = {"uses_remaining": 0}
-EXPIRED = {"expires_at_epoch": int(NOW) - 1}
+EXPIRED = {"expires_at_epoch": NOW_EPOCH - 1}
 
 
-def pool(**changes: Any) -> Pool:
-    base = Pool(
+def pool(**changes: Any) -> PoolRecord:
+    base = PoolRecord(
         tenant_id="acme",
         pool_id="gpu",
         site_id="lab",
         name="GPU",
         workspace_id="ws",
         state="active",
-        bootstrap=Bootstrap(),
+        bootstrap=BootstrapRecord(),
         join_request_ttl_seconds=86_400,
         certificate_ttl_seconds=86_400,
         cluster=None,
@@ -76,25 +78,25 @@ def pool(**changes: Any) -> Pool:
     return base._replace(**changes)
 
 
-def record(**changes: Any) -> Identity:
-    base = Identity.new(
+def record(**changes: Any) -> IdentityRecord:
+    base = IdentityRecord.new(
         tenant_id="acme",
         identity=KEY,
         token_id="jtok_1",
         site_id="lab",
-        now="",
+        now=NOW,
         pool_id="gpu",
         machine_id="mach_1",
     )
     return base._replace(**changes)
 
 
-def pending_record(**changes: Any) -> Identity:
+def pending_record(**changes: Any) -> IdentityRecord:
     return record(machine_id=None, pool_id=None, request_id="jreq_1", **changes)
 
 
-def machine(**changes: Any) -> Machine:
-    base = Machine(
+def machine(**changes: Any) -> MachineRecord:
+    base = MachineRecord(
         machine_id="mach_1",
         tenant_id="acme",
         site_id="lab",
@@ -105,14 +107,14 @@ def machine(**changes: Any) -> Machine:
         machine_token_sha256="",
         token_generation=1,
         schedulable=True,
-        facts=MachineFacts(),
+        facts=MachineFactsRecord(),
         joined_at="",
     )
     return base._replace(**changes)
 
 
-def request(state: Any = "pending", **changes: Any) -> JoinRequest:
-    base = JoinRequest(
+def request(state: Any = "pending", **changes: Any) -> JoinRequestRecord:
+    base = JoinRequestRecord(
         request_id="jreq_1",
         tenant_id="acme",
         site_id="lab",
@@ -121,11 +123,11 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequest:
         identity=KEY,
         state=state,
         reasons=(),
-        machine=MachineFacts(),
+        machine=MachineFactsRecord(),
         csr_public_key_sha256=KEY,
         created_at="",
         expires_at="",
-        expires_at_epoch=int(NOW) + 3600,
+        expires_at_epoch=NOW_EPOCH + 3600,
     )
     return base._replace(**changes)
 
@@ -134,8 +136,8 @@ PROVEN = Presented(KEY, PROOF_MS)
 UNPROVEN = Presented(KEY)
 FINGERPRINTED = Presented(FINGERPRINT)
 
-ACTIVATED = TpmFacts(KEY, activated=True, verified_by="allow-list")
-REJOIN_ACTIVATES = AttestationPolicy(tpm="defer-unlisted", tpm_rejoin="activate")
+ACTIVATED = TpmFactsRecord(KEY, activated=True, verified_by="allow-list")
+REJOIN_ACTIVATES = AttestationPolicyRecord(tpm="defer-unlisted", tpm_rejoin="activate")
 
 
 def tpm_votes(policy: str, facts: Facts, trust: str = "allow-list") -> list[Vote]:
@@ -152,11 +154,11 @@ DEFER_VOTE = Vote("token", DEFER, "approval_required", "this join token requires
 
 def history(
     presented: Presented = PROVEN,
-    the_record: Identity | None = None,
+    the_record: IdentityRecord | None = None,
     *,
-    the_token: JoinToken | None = None,
-    the_machine: Machine | None = None,
-    the_request: JoinRequest | None = None,
+    the_token: JoinTokenRecord | None = None,
+    the_machine: MachineRecord | None = None,
+    the_request: JoinRequestRecord | None = None,
 ) -> Callable[[], object]:
     return lambda: join_decide.history(
         the_token or token(),
@@ -170,11 +172,11 @@ def history(
 
 def dry(
     presented: Presented = PROVEN,
-    the_record: Identity | None = None,
+    the_record: IdentityRecord | None = None,
     *,
-    the_token: JoinToken | None = None,
-    the_machine: Machine | None = None,
-    the_request: JoinRequest | None = None,
+    the_token: JoinTokenRecord | None = None,
+    the_machine: MachineRecord | None = None,
+    the_request: JoinRequestRecord | None = None,
     votes: tuple[Vote, ...] = (),
     voted_first: bool = False,
 ) -> Callable[[], object]:
@@ -220,12 +222,12 @@ GPU_NODE = aws_rules.Caller(
 WEB = aws_rules.Caller(
     "123456789012", "arn:aws:sts::123456789012:assumed-role/web/session-1", "AROAWEB:session-1"
 )
-BY_ACCOUNT = AwsRules(accounts=("123456789012",))
-BY_ARN = AwsRules(arns=("arn:aws:sts::123456789012:assumed-role/gpu-node-*/*",))
+BY_ACCOUNT = AwsRulesRecord(accounts=("123456789012",))
+BY_ARN = AwsRulesRecord(arns=("arn:aws:sts::123456789012:assumed-role/gpu-node-*/*",))
 BY_BOTH = BY_ACCOUNT._replace(arns=BY_ARN.arns)
 
 
-def aws_votes(rules: AwsRules | None, caller: aws_rules.Caller | None) -> list[str]:
+def aws_votes(rules: AwsRulesRecord | None, caller: aws_rules.Caller | None) -> list[str]:
     return [vote.code for vote in attestors.aws(rules, Facts(aws_caller=caller))]
 
 
@@ -393,7 +395,7 @@ ROWS = [
     ),
     Row(
         "an approved request past its expiry reads as expired",
-        history(PROVEN, pending_record(), the_request=request("approved", expires_at_epoch=int(NOW))),
+        history(PROVEN, pending_record(), the_request=request("approved", expires_at_epoch=NOW_EPOCH)),
         Refused(PermissionDenied, errors.JOIN_REQUEST_EXPIRED),
     ),
     Row(
@@ -628,7 +630,7 @@ ROWS = [
     ),
     Row(
         "tpmRejoin activate: a machine that joined without a TPM re-joins without one",
-        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), TpmFacts(KEY), ""),
+        lambda: join_decide.tpm_rejoin(token(attestation=REJOIN_ACTIVATES), TpmFactsRecord(KEY), ""),
         None,
     ),
     Row(
@@ -673,7 +675,7 @@ ROWS = [
         ],
         [False, True],
     ),
-    Row("aws: an empty rule admits no one", lambda: aws_rules.admits(AwsRules(), GPU_NODE), False),
+    Row("aws: an empty rule admits no one", lambda: aws_rules.admits(AwsRulesRecord(), GPU_NODE), False),
     Row(
         "aws: an EC2 role session names its instance, any other none",
         lambda: [GPU_NODE.instance_id, WEB.instance_id],

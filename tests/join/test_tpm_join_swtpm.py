@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from joinplane import tpm_credential, tpm_manufacturers
-from joinplane.dal.tpm_manufacturers import Manufacturer as Listed
+from joinplane.dal.tpm_manufacturers import ManufacturerRecord
 from tests.support import call, join
 from tests.support.swtpm import Manufacturer, SoftwareTpm, manufacturer, software_tpm
 
@@ -115,7 +115,7 @@ def test_swtpms_ek_certificates_chain_to_the_manufacturer_where_strict_validatio
 ) -> None:
     # Given the manufacturer's root and intermediate as a site lists them
     listed = [
-        Listed("acme", "rack-1", "-", pem, "", "", False, "", "", "", None)
+        ManufacturerRecord("acme", "rack-1", "-", pem, "", "", False, "", "", "", None)
         for pem in (maker.root_pem, maker.intermediate_pem)
     ]
     certificate = tpm.ek_certificate(kind)

@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from joinplane.dal.apikeys import ApiKey
-from joinplane.dal.machines import Machine
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import JoinToken
-from joinplane.dal.tpm_challenges import Challenge
-from joinplane.dal.tpm_manufacturers import Manufacturer
+from joinplane.dal.apikeys import ApiKeyRecord
+from joinplane.dal.machines import MachineRecord
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import JoinTokenRecord
+from joinplane.dal.tpm_challenges import ChallengeRecord
+from joinplane.dal.tpm_manufacturers import ManufacturerRecord
 
 # Items as the table holds them today, attribute for attribute.
 TOKEN_ITEM: dict[str, Any] = {
@@ -208,13 +209,13 @@ def stored(item: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("record", "item"),
     [
-        (JoinToken, TOKEN_ITEM),
-        (JoinRequest, REQUEST_ITEM),
-        (ApiKey, API_KEY_ITEM),
-        (Pool, POOL_ITEM),
-        (Machine, MACHINE_ITEM),
-        (Challenge, CHALLENGE_ITEM),
-        (Manufacturer, MANUFACTURER_ITEM),
+        (JoinTokenRecord, TOKEN_ITEM),
+        (JoinRequestRecord, REQUEST_ITEM),
+        (ApiKeyRecord, API_KEY_ITEM),
+        (PoolRecord, POOL_ITEM),
+        (MachineRecord, MACHINE_ITEM),
+        (ChallengeRecord, CHALLENGE_ITEM),
+        (ManufacturerRecord, MANUFACTURER_ITEM),
     ],
     ids=["join token", "join request", "api key", "pool", "machine", "tpm challenge", "tpm manufacturer"],
 )
@@ -224,7 +225,7 @@ def test_a_stored_item_reads_and_writes_back_unchanged(record: Any, item: dict[s
 
 def test_a_token_made_before_the_identity_setting_is_written_back_without_it() -> None:
     old = {**TOKEN_ITEM, "attestation": {"discovery": "off", "tpm": "off"}}
-    token = JoinToken.from_item(old)
+    token = JoinTokenRecord.from_item(old)
     assert token.attestation.identity_policy == "any"
     assert stored(token.to_item())["attestation"] == {"discovery": "off", "tpm": "off"}
 
@@ -244,9 +245,10 @@ EXPIRES = TOKEN_ITEM["expiresAtEpoch"]
     ],
 )
 def test_a_tokens_state_is_read_at_the_time_given(state: str, uses: int, now: int, read: str) -> None:
-    token = JoinToken.from_item({**TOKEN_ITEM, "state": state, "usesRemaining": uses})
-    assert token.state_at(now) == read
-    assert token.usable_at(now) == (uses > 0 and now < EXPIRES)
+    token = JoinTokenRecord.from_item({**TOKEN_ITEM, "state": state, "usesRemaining": uses})
+    at = datetime.fromtimestamp(now, UTC)
+    assert token.state_at(at) == read
+    assert token.usable_at(at) == (uses > 0 and now < EXPIRES)
 
 
 @pytest.mark.parametrize(
@@ -260,11 +262,12 @@ def test_a_tokens_state_is_read_at_the_time_given(state: str, uses: int, now: in
     ],
 )
 def test_an_open_request_past_its_expiry_reads_expired(state: str, now: int, read: str) -> None:
-    assert JoinRequest.from_item({**REQUEST_ITEM, "state": state}).state_at(now) == read
+    at = datetime.fromtimestamp(now, UTC)
+    assert JoinRequestRecord.from_item({**REQUEST_ITEM, "state": state}).state_at(at) == read
 
 
 def test_a_closed_request_leaves_the_open_requests_index() -> None:
-    request = JoinRequest.from_item({**REQUEST_ITEM, "state": "rejected"})
+    request = JoinRequestRecord.from_item({**REQUEST_ITEM, "state": "rejected"})
     item = request.to_item()
     assert "gsi2pk" not in item and "gsi2sk" not in item
     assert item["gsi1pk"] == "JREQS#acme#SITE#eu-1#rejected"
@@ -274,4 +277,4 @@ def test_a_stored_item_without_a_required_attribute_is_refused() -> None:
     # A record's attribute table (dal.items) still names what an item cannot lack
     lacking = {k: v for k, v in MACHINE_ITEM.items() if k != "machineTokenSha256"}
     with pytest.raises(KeyError, match="machineTokenSha256"):
-        Machine.from_item(lacking)
+        MachineRecord.from_item(lacking)

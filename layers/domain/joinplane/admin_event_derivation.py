@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from joinplane import clock
-from joinplane.dal.apikeys import ApiKey
-from joinplane.dal.authorities import CertificateAuthority
-from joinplane.dal.clusters import ClusterKey
-from joinplane.dal.discovery import DiscoveryEntry
-from joinplane.dal.pools import Pool
-from joinplane.dal.removals import Removal
-from joinplane.dal.tokens import AttestationPolicy, JoinToken
-from joinplane.dal.tpm_allow import AllowedKey
+from joinplane.dal.apikeys import ApiKeyRecord
+from joinplane.dal.authorities import CertificateAuthorityRecord
+from joinplane.dal.clusters import ClusterKeyRecord
+from joinplane.dal.discovery import DiscoveryEntryRecord
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.removals import RemovalRecord
+from joinplane.dal.tokens import AttestationPolicyRecord, JoinTokenRecord
+from joinplane.dal.tpm_allow import AllowedKeyRecord
 from joinplane.event_derivation import Event, event_id, held, in_pool
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 # --- where it happened ---------------------------------------------------------------------------
 
 
-def _of_token(eid: str, occurred_at: str, token: JoinToken) -> TokenScoped:
+def _of_token(eid: str, occurred_at: str, token: JoinTokenRecord) -> TokenScoped:
     return {
         "eventId": eid,
         "occurredAt": occurred_at,
@@ -64,7 +64,9 @@ def _of_token(eid: str, occurred_at: str, token: JoinToken) -> TokenScoped:
     }
 
 
-def _in_site(eid: str, occurred_at: str, item: DiscoveryEntry | AllowedKey | Removal) -> SiteScoped:
+def _in_site(
+    eid: str, occurred_at: str, item: DiscoveryEntryRecord | AllowedKeyRecord | RemovalRecord
+) -> SiteScoped:
     return {
         "eventId": eid,
         "occurredAt": occurred_at,
@@ -74,7 +76,7 @@ def _in_site(eid: str, occurred_at: str, item: DiscoveryEntry | AllowedKey | Rem
     }
 
 
-def _of_tenant(eid: str, occurred_at: str, key: ApiKey) -> TenantScoped:
+def _of_tenant(eid: str, occurred_at: str, key: ApiKeyRecord) -> TenantScoped:
     # API keys belong to the tenant, not to a site or pool.
     return {
         "eventId": eid,
@@ -88,7 +90,7 @@ def _of_tenant(eid: str, occurred_at: str, key: ApiKey) -> TenantScoped:
 # --- what operators administer -------------------------------------------------------------------
 
 
-def _attestation(policy: AttestationPolicy) -> TokenAttestation:
+def _attestation(policy: AttestationPolicyRecord) -> TokenAttestation:
     """The policy as the token stores it (`AttestationPolicy.to_dict`: a setting stored before it
     existed is absent), built here key by key so that mypy checks it against the detail's type."""
     stated: TokenAttestation = {"discovery": policy.discovery, "tpm": policy.tpm}
@@ -101,7 +103,7 @@ def _attestation(policy: AttestationPolicy) -> TokenAttestation:
     return stated
 
 
-def _token_event(old: JoinToken | None, new: JoinToken) -> Event | None:
+def _token_event(old: JoinTokenRecord | None, new: JoinTokenRecord) -> Event | None:
     if old is None:
         detail_type = "security.join-token.created"
         created: JoinTokenCreatedDetail = {
@@ -127,7 +129,7 @@ def _token_event(old: JoinToken | None, new: JoinToken) -> Event | None:
     return None  # a use spent, or nothing of note
 
 
-def _api_key_event(old: ApiKey | None, new: ApiKey) -> Event | None:
+def _api_key_event(old: ApiKeyRecord | None, new: ApiKeyRecord) -> Event | None:
     if old is None:
         detail_type = "security.api-key.created"
         created: ApiKeyCreatedDetail = {
@@ -162,7 +164,7 @@ _POOL_SETTINGS: dict[str, PoolSetting] = {
 }
 
 
-def _pool_event(old: Pool | None, new: Pool) -> Event | None:
+def _pool_event(old: PoolRecord | None, new: PoolRecord) -> Event | None:
     if old is None:
         # A pool is created active.
         detail_type = "security.pool.created"
@@ -204,7 +206,7 @@ def _pool_event(old: Pool | None, new: Pool) -> Event | None:
     return None  # a cluster key repointed (its own event), or nothing of note
 
 
-def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
+def _cluster_key_event(old: ClusterKeyRecord | None, new: ClusterKeyRecord) -> Event | None:
     # One rotation writes the new key and retires the previous one: the new key's INSERT is its
     # event; the previous key's change to `rotated` is the same transition, not another event.
     if old is not None:
@@ -220,7 +222,9 @@ def _cluster_key_event(old: ClusterKey | None, new: ClusterKey) -> Event | None:
     return Event(detail_type, detail)
 
 
-def _certificate_authority_event(old: CertificateAuthority | None, new: CertificateAuthority) -> Event | None:
+def _certificate_authority_event(
+    old: CertificateAuthorityRecord | None, new: CertificateAuthorityRecord
+) -> Event | None:
     # A CA put as `active` is the pool's first (created) or an emergency rotation's (rotated); so is
     # an upstream CA's import into a pool without a CA (pending -> active), with `upstream: true`.
     # A rotation in phases is `prepared` (put as prepared, or an import's pending -> prepared), then
@@ -323,7 +327,7 @@ def _certificate_authority_event(old: CertificateAuthority | None, new: Certific
     return None
 
 
-def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event | None:
+def _discovery_event(old: DiscoveryEntryRecord | None, new: DiscoveryEntryRecord) -> Event | None:
     if old is not None:
         return None  # entries are never changed in place
     detail_type = "security.discovery-entry.registered"
@@ -341,7 +345,7 @@ def _discovery_event(old: DiscoveryEntry | None, new: DiscoveryEntry) -> Event |
     return Event(detail_type, detail)
 
 
-def _tpm_key_event(old: AllowedKey | None, new: AllowedKey) -> Event | None:
+def _tpm_key_event(old: AllowedKeyRecord | None, new: AllowedKeyRecord) -> Event | None:
     if old is not None:
         return None  # keys are never changed in place
     detail_type = "security.tpm-key.allowed"
@@ -360,7 +364,7 @@ def _tpm_key_event(old: AllowedKey | None, new: AllowedKey) -> Event | None:
     return Event(detail_type, detail)
 
 
-def _removal_event(old: Removal | None, new: Removal) -> Event | None:
+def _removal_event(old: RemovalRecord | None, new: RemovalRecord) -> Event | None:
     if old is not None:
         return None
     detail_type = f"security.{new.kind}.removed"
@@ -390,12 +394,12 @@ def _removal_event(old: Removal | None, new: Removal) -> Event | None:
 
 # Each image type of what operators administer, and the event it makes (old None: the item is new).
 BUILDERS: dict[type[Any], Any] = {
-    JoinToken: _token_event,
-    ApiKey: _api_key_event,
-    Pool: _pool_event,
-    ClusterKey: _cluster_key_event,
-    CertificateAuthority: _certificate_authority_event,
-    DiscoveryEntry: _discovery_event,
-    AllowedKey: _tpm_key_event,
-    Removal: _removal_event,
+    JoinTokenRecord: _token_event,
+    ApiKeyRecord: _api_key_event,
+    PoolRecord: _pool_event,
+    ClusterKeyRecord: _cluster_key_event,
+    CertificateAuthorityRecord: _certificate_authority_event,
+    DiscoveryEntryRecord: _discovery_event,
+    AllowedKeyRecord: _tpm_key_event,
+    RemovalRecord: _removal_event,
 }

@@ -12,16 +12,15 @@ from pydantic import BaseModel, Field
 
 from joinplane import clock, credentials, ids
 from joinplane.dal import apikeys as apikeys_db
-from joinplane.dal.apikeys import ApiKey
+from joinplane.dal.apikeys import ApiKeyRecord
 from joinplane.errors import NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Grant, Principal, Resource
 from joinplane.keyauth import ID_PREFIX, SECRET_PREFIX
-from joinplane.wire import STRICT, TENANT_ID, TEXT, ULID
+from joinplane.wire import STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
 
-KEY_ID_PATTERN = rf"^key_{ULID}$"
 READ, WRITE = "iam:api-keys:read", "iam:api-keys:write"
 
 
@@ -36,7 +35,7 @@ class ListApiKeys(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=KEY_ID_PATTERN)
+    cursor: str | None = Field(default=None, pattern=ids.KEY_ID)
 
 
 # The body is `{}` (the key in the Authorization header is the subject); a model all the same, so
@@ -48,10 +47,10 @@ class WhoAmI(BaseModel):
 class RevokeApiKey(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
-    keyId: str = Field(pattern=KEY_ID_PATTERN)
+    keyId: str = Field(pattern=ids.KEY_ID)
 
 
-def _view(key: ApiKey) -> views.ApiKey:
+def _view(key: ApiKeyRecord) -> views.ApiKey:
     return {
         "keyId": key.key_id,
         "tenantId": key.tenant_id,
@@ -65,11 +64,13 @@ def _view(key: ApiKey) -> views.ApiKey:
     }
 
 
-def new_key(tenant_id: str, grants: list[Grant], description: str, created_by: str) -> tuple[str, ApiKey]:
+def new_key(
+    tenant_id: str, grants: list[Grant], description: str, created_by: str
+) -> tuple[str, ApiKeyRecord]:
     """A fresh key: (secret, key). The secret exists only in the return value."""
     ulid = ids.new_ulid()
     secret = credentials.mint(SECRET_PREFIX, ulid)
-    key = ApiKey(
+    key = ApiKeyRecord(
         key_id=f"{ID_PREFIX}_{ulid}",
         tenant_id=tenant_id,
         grants=tuple(str(g) for g in grants),
@@ -115,7 +116,7 @@ def revoke(principal: Principal, request: RevokeApiKey) -> views.ApiKey:
         raise PermissionDenied("this API key cannot revoke a key holding grants it does not hold itself")
     try:
         key = apikeys_db.revoke(
-            request.keyId, tenant_id=request.tenantId, now=clock.rfc3339(clock.now()), by=principal.key_id
+            request.keyId, tenant_id=request.tenantId, now=clock.now(), by=principal.key_id
         )
     except apikeys_db.ApiKeyLost as lost:
         if lost.current is None:

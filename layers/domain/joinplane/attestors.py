@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from joinplane import views
     from joinplane.aws_rules import Caller
-    from joinplane.dal.tokens import AwsRules, JoinToken
+    from joinplane.dal.tokens import AwsRulesRecord, JoinTokenRecord
 
 ADMIT, DEFER, DENY = "admit", "defer", "deny"
 
@@ -107,7 +107,7 @@ def identity(policy: str, facts: Facts) -> list[Vote]:
     return []
 
 
-def aws(rules: AwsRules | None, facts: Facts) -> list[Vote]:
+def aws(rules: AwsRulesRecord | None, facts: Facts) -> list[Vote]:
     """A token with AWS rules admits only the callers they match, and only by the IAM method: its
     secret, shown once at creation, is not a way around them."""
     if rules is None:
@@ -124,7 +124,7 @@ def aws(rules: AwsRules | None, facts: Facts) -> list[Vote]:
     return []
 
 
-def token_policy(token: JoinToken) -> list[Vote]:
+def token_policy(token: JoinTokenRecord) -> list[Vote]:
     votes = []
     if token.pool_id is None:
         votes.append(
@@ -137,7 +137,7 @@ def token_policy(token: JoinToken) -> list[Vote]:
     return votes
 
 
-def evaluate(token: JoinToken, facts: Facts) -> list[Vote]:
+def evaluate(token: JoinTokenRecord, facts: Facts) -> list[Vote]:
     """Every vote that is not a plain admit, in a stable order. The facts carry all the attestors
     read of the request."""
     policy = token.attestation

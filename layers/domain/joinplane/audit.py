@@ -12,17 +12,16 @@ from pydantic import BaseModel, Field
 
 from joinplane import pools
 from joinplane.dal import audit as audit_db
-from joinplane.dal.audit import AuditEvent
+from joinplane.dal.audit import AuditEventRecord
 from joinplane.grants import Principal, Resource
-from joinplane.wire import POOL_ID, STRICT, TENANT_ID
+from joinplane.wire import DETAIL_TYPE, POOL_ID, STRICT, TENANT_ID
 
 if TYPE_CHECKING:
     from joinplane import views
 
 READ = "audit:events:read"
-# An event's sort key (`AuditEvent.cursor`): occurredAt, rank, eventId.
+# An event's sort key (`AuditEventRecord.cursor`): occurredAt, rank, eventId.
 CURSOR = r"^[0-9TZ:.-]{10,40}#[0-9]#evt_[0-9a-f]{32}$"
-DETAIL_TYPE = r"^security\.[a-z-]+\.[a-z-]+$"
 
 
 class ListAuditEvents(BaseModel):
@@ -34,7 +33,7 @@ class ListAuditEvents(BaseModel):
     cursor: str | None = Field(default=None, max_length=80, pattern=CURSOR)
 
 
-def view(event: AuditEvent) -> views.AuditEvent:
+def view(event: AuditEventRecord) -> views.AuditEvent:
     return {
         "eventId": event.event_id,
         "detailType": event.detail_type,

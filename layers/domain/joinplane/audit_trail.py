@@ -11,7 +11,7 @@ from typing import Any
 
 from joinplane import clock
 from joinplane.dal import audit as audit_db
-from joinplane.dal.audit import AuditEvent
+from joinplane.dal.audit import AuditEventRecord
 from joinplane.settings import settings
 
 
@@ -19,7 +19,7 @@ def record(event: dict[str, Any]) -> bool:
     """Store one EventBridge event; False when it was already stored (a redelivery)."""
     detail = event["detail"]
     return audit_db.record(
-        AuditEvent(
+        AuditEventRecord(
             event_id=detail["eventId"],
             detail_type=event["detail-type"],
             occurred_at=detail["occurredAt"],
@@ -27,6 +27,6 @@ def record(event: dict[str, Any]) -> bool:
             site_id=detail.get("siteId"),
             pool_id=detail.get("poolId"),
             detail=detail,
-            ttl=int(clock.epoch()) + settings().audit_retention_days * 86_400,
+            ttl=clock.seconds(clock.now()) + settings().audit_retention_days * 86_400,
         )
     )

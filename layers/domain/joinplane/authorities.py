@@ -22,7 +22,7 @@ from joinplane.grants import Principal
 
 if TYPE_CHECKING:
     from joinplane import views
-    from joinplane.dal.authorities import Authorities, CertificateAuthority
+    from joinplane.dal.authorities import Authorities, CertificateAuthorityRecord
 
 
 class CertificateAuthorityRef(pools.PoolRef):
@@ -143,7 +143,7 @@ def import_certificate(
     )
 
 
-def _request_view(pending: CertificateAuthority) -> views.CertificateAuthorityRequest:
+def _request_view(pending: CertificateAuthorityRecord) -> views.CertificateAuthorityRequest:
     return {"caId": pending.ca_id, "csr": pending.csr_pem or "", "createdAt": pending.created_at}
 
 
@@ -165,7 +165,7 @@ def served_bundle(ca_id: str) -> str:
         raise NotFound("no such certificate authority")
     # Never activates a due CA (an anonymous route writes nothing): the bundle holds the same CAs
     # before and after that activation.
-    return ca.bundle_pem(stored, int(clock.epoch()))
+    return ca.bundle_pem(stored, clock.now())
 
 
 def bundle_path(ca_id: str) -> str:
@@ -182,8 +182,7 @@ BUNDLE_MAX_AGE_SECONDS = 300
 def _view(stored: Authorities, base_url: str = "") -> views.CertificateAuthorities:
     from joinplane import ca
 
-    now = int(clock.epoch())
-    bundle = ca.bundle_of(stored, now)
+    bundle = ca.bundle_of(stored, clock.now())
     answer: views.CertificateAuthorities = {
         "active": ca.view_of(stored.active),
         "bundle": [pem for authority in bundle for pem in (authority.certificate_pem, *authority.chain_pem)],

@@ -38,7 +38,7 @@ from joinplane.aws_rules import ACCOUNT, ARN, Caller
 from joinplane.errors import InvalidArgument, Unauthenticated, Unavailable
 
 if TYPE_CHECKING:
-    from joinplane.dal.tokens import JoinToken
+    from joinplane.dal.tokens import JoinTokenRecord
     from joinplane.join_wire import AwsIam, JoinMachineRequest
 
 BINDING_HEADER = "x-joinplane-join-binding"
@@ -125,7 +125,7 @@ def _invalid(why: str) -> InvalidArgument:
 # --- the token ---------------------------------------------------------------------------------
 
 
-def token(request: JoinMachineRequest, authorization: str) -> tuple[JoinToken, str]:
+def token(request: JoinMachineRequest, authorization: str) -> tuple[JoinTokenRecord, str]:
     """The token the join names by id (no secret), and the credential its proof signs: the id.
     A token without AWS rules takes no IAM join, and is refused as an unknown one is."""
     from joinplane import credentials

@@ -16,7 +16,7 @@ import functools
 import re
 from typing import NamedTuple
 
-from joinplane.dal.tokens import AwsRules
+from joinplane.dal.tokens import AwsRulesRecord
 
 ACCOUNT = re.compile(r"[0-9]{12}")
 # What GetCallerIdentity answers: an IAM user, an assumed role's session, the account's root, a
@@ -62,7 +62,7 @@ def arn_matches(pattern: str, arn: str) -> bool:
     return _pattern(pattern).fullmatch(arn) is not None
 
 
-def admits(rules: AwsRules, caller: Caller) -> bool:
+def admits(rules: AwsRulesRecord, caller: Caller) -> bool:
     """Does the token's rules admit this caller? Every list given must match."""
     if not rules.accounts and not rules.arns:
         return False  # a token is never stored so; an empty rule must not mean "anyone"

@@ -33,7 +33,7 @@ from cryptography.x509.oid import NameOID
 from joinplane import clock, container, deadline, ids, spiffe
 from joinplane.ca_keys import create_key, kms_public_key, schedule_key_deletion, sign_certificate
 from joinplane.dal import authorities as authorities_db
-from joinplane.dal.authorities import Authorities, CertificateAuthority
+from joinplane.dal.authorities import Authorities, CertificateAuthorityRecord
 from joinplane.errors import (
     CA_ROTATION_PREPARED,
     NO_PENDING_CA,
@@ -78,7 +78,7 @@ class PoolCa(NamedTuple):
     certificate: x509.Certificate
     public_key: ec.EllipticCurvePublicKey
     bundle_pem: str
-    loaded_at: float
+    loaded_at: datetime
     # The earliest notAfter of the active CA and its chain: no machine certificate may outlive it.
     not_after: datetime
 
@@ -137,8 +137,9 @@ def pool_authorities(
     CA is made here when it has none (by `created_by`)."""
     check_ids(tenant_id, pool_id)
     cached = _cache.get((tenant_id, pool_id))
-    now = clock.epoch()
-    if cached is not None and now - cached.loaded_at < CA_CACHE_SECONDS and not _due(cached.authorities, now):
+    now = clock.now()
+    fresh = cached is not None and now - cached.loaded_at < timedelta(seconds=CA_CACHE_SECONDS)
+    if cached is not None and fresh and not _due(cached.authorities, now):
         return cached
     stored = authorities_db.read(tenant_id, pool_id)
     if stored is None:
@@ -147,9 +148,13 @@ def pool_authorities(
     return loaded
 
 
-def _due(stored: Authorities, now: float) -> bool:
+def _due(stored: Authorities, now: datetime) -> bool:
     following = stored.next
-    return following is not None and following.activates_at is not None and following.activates_at <= now
+    return (
+        following is not None
+        and following.activates_at is not None
+        and following.activates_at <= clock.seconds(now)
+    )
 
 
 def activated_when_due(stored: Authorities) -> Authorities:
@@ -158,7 +163,7 @@ def activated_when_due(stored: Authorities) -> Authorities:
     is in. Of many containers seeing it at once one transaction commits; the others read its result."""
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(4, exhausted=busy, backoff=(0.02, 0.2)):
-        now = clock.epoch()
+        now = clock.now()
         if not _due(stored, now):
             return stored
         with contextlib.suppress(authorities_db.Contended):  # another container's activation won
@@ -169,15 +174,14 @@ def activated_when_due(stored: Authorities) -> Authorities:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def _activate(stored: Authorities, *, by: str, now: float) -> None:
+def _activate(stored: Authorities, *, by: str, now: datetime) -> None:
     """The transaction of joinplane.dal.authorities.activate, with the retired CA's bundleUntil."""
     authorities_db.activate(
         stored,
-        activated_at=clock.rfc3339(now),
+        now=now,
         activated_by=by,
-        retired_at=clock.rfc3339(now),
-        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
-        keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"],
+        bundle_until=now + timedelta(seconds=BUNDLE_GRACE_SECONDS),
+        keep=[ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"],
     )
 
 
@@ -194,17 +198,16 @@ def _loaded(stored: Authorities) -> PoolCa:
     except ValueError as failure:
         raise Internal(f"the chain of CA {stored.active.ca_id} is malformed") from failure
     not_after = min(c.not_valid_after_utc for c in (certificate, *chain))
-    return PoolCa(
-        stored, certificate, public_key, bundle_pem(stored, int(clock.epoch())), clock.epoch(), not_after
-    )
+    now = clock.now()
+    return PoolCa(stored, certificate, public_key, bundle_pem(stored, now), now, not_after)
 
 
-def bundle_pem(stored: Authorities, now_epoch: int) -> str:
+def bundle_pem(stored: Authorities, now: datetime) -> str:
     """Every CA whose certificates may still be valid, active first, each followed by its chain."""
-    return "".join(_with_chain(ca) for ca in bundle_of(stored, now_epoch))
+    return "".join(_with_chain(ca) for ca in bundle_of(stored, now))
 
 
-def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]:
+def bundle_of(stored: Authorities, now: datetime) -> list[CertificateAuthorityRecord]:
     """The active CA, the next (prepared) one, then every retired CA whose certificates may still be
     valid: everything a verifier must trust."""
     following = [stored.next] if stored.next is not None and stored.next.state == "prepared" else []
@@ -217,12 +220,12 @@ def bundle_of(stored: Authorities, now_epoch: int) -> list[CertificateAuthority]
             if ca.ca_id != stored.active.ca_id
             and ca.state == "retired"
             and ca.bundle_until is not None
-            and ca.bundle_until > now_epoch
+            and ca.bundle_until > clock.seconds(now)
         ),
     ]
 
 
-def _with_chain(ca: CertificateAuthority) -> str:
+def _with_chain(ca: CertificateAuthorityRecord) -> str:
     return "".join(_ending_in_newline(pem) for pem in (ca.certificate_pem, *ca.chain_pem))
 
 
@@ -244,7 +247,7 @@ def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -
                 return stored
         raise AssertionError("unreachable: attempts() raises when exhausted") from None
     return Authorities(
-        authorities_db.Pointer(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
+        authorities_db.PointerRecord(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
         candidate,
         (candidate,),
     )
@@ -270,29 +273,29 @@ def rotate(
     stored = activated_when_due(stored)
     _refuse_if_prepared(stored, pool_id)
     replaced = stored.active.ca_id
-    now = clock.epoch()
+    now = clock.now()
     candidate = _new_ca(
         tenant_id,
         site_id,
         pool_id,
         created_by=by,
         previous_ca_id=replaced,
-        activates_at=None if emergency else int(now) + propagation_seconds,
+        activates_at=None if emergency else now + timedelta(seconds=propagation_seconds),
     )
     busy = Unavailable("the pool's CA kept changing; retry")
     try:
         for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
             if stored.active.ca_id != replaced or stored.next is not None:
                 raise Aborted(f"the CA of pool {pool_id} was rotated meanwhile; read it again")
-            now = clock.epoch()
-            retired = [ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
+            now = clock.now()
+            retired = [ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"]
             try:
                 if emergency:
                     authorities_db.rotate(
                         stored,
                         candidate,
-                        retired_at=clock.rfc3339(now),
-                        bundle_until=int(now) + BUNDLE_GRACE_SECONDS,
+                        now=now,
+                        bundle_until=now + timedelta(seconds=BUNDLE_GRACE_SECONDS),
                         keep=retired,
                     )
                 else:
@@ -346,7 +349,7 @@ def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None)
                 reason=NO_PREPARED_CA,
             )
         with contextlib.suppress(authorities_db.Contended):  # read who won, below
-            _activate(stored, by=by, now=clock.epoch())
+            _activate(stored, by=by, now=clock.now())
         _cache.pop((tenant_id, pool_id), None)
         stored = authorities_db.read(tenant_id, pool_id)
     raise AssertionError("unreachable: attempts() raises when exhausted")
@@ -370,8 +373,8 @@ def _new_ca(
     *,
     created_by: str,
     previous_ca_id: str | None,
-    activates_at: int | None = None,
-) -> CertificateAuthority:
+    activates_at: datetime | None = None,
+) -> CertificateAuthorityRecord:
     """A new KMS key and its self-signed CA certificate (not yet stored): active, or prepared until
     `activates_at` when given."""
     ca_id = ids.new_id("ca")
@@ -397,7 +400,7 @@ def _new_ca(
         schedule_key_deletion(key_id)
         raise
     created_at = clock.rfc3339(now)
-    return CertificateAuthority(
+    return CertificateAuthorityRecord(
         ca_id=ca_id,
         tenant_id=tenant_id,
         site_id=site_id,
@@ -409,7 +412,7 @@ def _new_ca(
         created_by=created_by,
         activated_at=created_at if activates_at is None else None,
         previous_ca_id=previous_ca_id,
-        activates_at=activates_at,
+        activates_at=None if activates_at is None else clock.seconds(activates_at),
     )
 
 
@@ -442,7 +445,7 @@ def _ca_common_name(tenant_id: str, pool_id: str) -> str:
 # --- An upstream CA (bring your own root): a request, then its signed certificate ---------------------
 
 
-def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> CertificateAuthority:
+def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> CertificateAuthorityRecord:
     """A new KMS key and a CSR for it (joinplane.upstream), stored as the pool's pending CA: the
     organisation's CA signs the CSR, and `import_upstream` makes the result the pool's issuing CA.
     A request still pending is abandoned (its key scheduled for deletion): the latest CSR is the
@@ -456,7 +459,7 @@ def request_upstream(tenant_id: str, site_id: str, pool_id: str, *, by: str) -> 
     key_id = create_key(ca_id, tenant_id, pool_id)
     try:
         csr = upstream.csr_for_key(key_id, _ca_name(tenant_id, pool_id, ca_id))
-        pending = CertificateAuthority(
+        pending = CertificateAuthorityRecord(
             ca_id=ca_id,
             tenant_id=tenant_id,
             site_id=site_id,
@@ -532,17 +535,17 @@ def import_upstream(
         _refuse_if_prepared(stored, pool_id)
     busy = Unavailable("the pool's CA kept changing; retry")
     for _ in deadline.attempts(3, exhausted=busy, backoff=(0.02, 0.2)):
-        now = clock.epoch()
+        now = clock.now()
         try:
             authorities_db.activate_pending(
                 stored,
                 pending,
                 certificate_pem=certificate,
                 chain_pem=chain,
-                activated_at=clock.rfc3339(now),
+                now=now,
                 activated_by=by,
-                activates_at=int(now) + propagation_seconds,
-                keep=[ca.ca_id for ca in bundle_of(stored, int(now)) if ca.state == "retired"]
+                activates_at=now + timedelta(seconds=propagation_seconds),
+                keep=[ca.ca_id for ca in bundle_of(stored, now) if ca.state == "retired"]
                 if stored is not None
                 else [],
             )
@@ -567,7 +570,7 @@ def import_upstream(
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def view_of(ca: CertificateAuthority) -> views.CertificateAuthority:
+def view_of(ca: CertificateAuthorityRecord) -> views.CertificateAuthority:
     """What `certificateAuthorities/get` shows of a CA (views.CertificateAuthority's keys)."""
     certificate = x509.load_pem_x509_certificate(ca.certificate_pem.encode())
     shown: views.CertificateAuthority = {

@@ -121,7 +121,7 @@ def schedule_key_deletion(key_id: str) -> None:
     kms:ScheduleKeyDeletion (docs/pki.md). Best effort: a key that is never used costs $1 a month
     until deleted; a failure here must not hide the caller's own outcome."""
     try:
-        ca_retention.abandon_key(key_id, at_epoch=int(clock.epoch()))
+        ca_retention.abandon_key(key_id, at=clock.now())
     except Exception as failure:
         from joinplane import observe
 

@@ -18,14 +18,14 @@ Unlike the certificate code the functions issue with (joinplane.ca and its sibli
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
 
 from joinplane import clock, der, ids
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import revocations as revocations_db
-from joinplane.dal.authorities import CertificateAuthority
-from joinplane.dal.revocations import Crl, Revoked
+from joinplane.dal.authorities import CertificateAuthorityRecord
+from joinplane.dal.revocations import CrlRecord, RevocationRecord
 from joinplane.errors import Internal, NotFound, Unavailable
 
 # RFC 5280 lets nextUpdate be anything; we promise operators at most 7 days. Three days, rebuilt after
@@ -53,17 +53,17 @@ def served(ca_id: str) -> Served:
     but a CA that can sign: nothing is built or stored for it."""
     authority = _authority(ca_id)
     crl = _current(authority, force=False)
-    now = int(clock.epoch())
+    now = clock.seconds(clock.now())
     due = crl.built_at + REBUILD_AFTER_SECONDS
     return Served(crl.der, max(0, min(MAX_AGE_SECONDS, due - now)))
 
 
-def refresh(ca_id: str) -> Crl:
+def refresh(ca_id: str) -> CrlRecord:
     """The CA's CRL rebuilt now (after a revocation: one kms:Sign)."""
     return _current(_authority(ca_id), force=True)
 
 
-def _authority(ca_id: str) -> CertificateAuthority:
+def _authority(ca_id: str) -> CertificateAuthorityRecord:
     if not isinstance(ca_id, str) or not CA_ID.fullmatch(ca_id):
         raise NotFound("no such certificate authority")
     authority = authorities_db.get(ca_id)
@@ -74,9 +74,9 @@ def _authority(ca_id: str) -> CertificateAuthority:
     return authority
 
 
-def _current(authority: CertificateAuthority, *, force: bool) -> Crl:
+def _current(authority: CertificateAuthorityRecord, *, force: bool) -> CrlRecord:
     for _ in range(3):
-        now = int(clock.epoch())
+        now = clock.now()
         stored = revocations_db.get_crl(authority.ca_id)
         revoked = revocations_db.revoked_of(authority.ca_id, now)
         if not force and stored is not None and _fresh(stored, revoked, now):
@@ -89,16 +89,19 @@ def _current(authority: CertificateAuthority, *, force: bool) -> Crl:
     raise Unavailable("the CRL kept changing while it was built; retry")
 
 
-def _fresh(stored: Crl, revoked: list[Revoked], now: int) -> bool:
+def _fresh(stored: CrlRecord, revoked: list[RevocationRecord], now: datetime) -> bool:
     from cryptography import x509
 
-    if now - stored.built_at >= REBUILD_AFTER_SECONDS or now >= stored.next_update:
+    at = clock.seconds(now)
+    if at - stored.built_at >= REBUILD_AFTER_SECONDS or at >= stored.next_update:
         return False
     listed = {entry.serial_number for entry in x509.load_der_x509_crl(stored.der)}
     return all(int(entry.serial, 16) in listed for entry in revoked)
 
 
-def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, number: int) -> Crl:
+def _build(
+    authority: CertificateAuthorityRecord, revoked: list[RevocationRecord], now: datetime, number: int
+) -> CrlRecord:
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
@@ -110,12 +113,13 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
     ski = certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     # Back-dated as certificates are: a verifier whose clock runs a little behind ours would find a
     # CRL dated "now" not yet valid, and openssl then rejects every certificate of the CA.
-    this_update = datetime.fromtimestamp(now, UTC) - ca.CLOCK_SKEW
+    built_at = clock.seconds(now)  # whole seconds, as the CRL and its record keep it
+    this_update = clock.at_seconds(built_at) - ca.CLOCK_SKEW
     builder = (
         x509.CertificateRevocationListBuilder()
         .issuer_name(certificate.subject)
         .last_update(this_update)
-        .next_update(datetime.fromtimestamp(now + NEXT_UPDATE_SECONDS, UTC))
+        .next_update(clock.at_seconds(built_at + NEXT_UPDATE_SECONDS))
         .add_extension(x509.CRLNumber(number), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
     )
@@ -141,6 +145,12 @@ def _build(authority: CertificateAuthority, revoked: list[Revoked], now: int, nu
     if not valid:
         raise Internal(f"the CRL KMS key {authority.key_id} signed does not verify")
     this_update_epoch = int(this_update.timestamp())
-    return Crl(
-        authority.ca_id, signed, number, this_update_epoch, now + NEXT_UPDATE_SECONDS, now, len(revoked)
+    return CrlRecord(
+        authority.ca_id,
+        signed,
+        number,
+        this_update_epoch,
+        built_at + NEXT_UPDATE_SECONDS,
+        built_at,
+        len(revoked),
     )

@@ -17,18 +17,17 @@ from pydantic_core import PydanticCustomError
 
 from joinplane import clock, hardware, ids, pools
 from joinplane.dal import discovery as discovery_db
-from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.discovery import DiscoveryEntryRecord
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
-from joinplane.wire import TEXT, ULID
+from joinplane.wire import TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
 
 READ, WRITE = "compute:discovery:read", "compute:discovery:write"
 ID_PREFIX = "disc"
-ENTRY_ID = rf"^disc_{ULID}$"
 MAX_MACS = 32
 # A canonical identifier's bound in UTF-8: index keys stay far inside DynamoDB's 1 KiB sort key.
 MAX_VALUE_BYTES = 512
@@ -125,14 +124,14 @@ class RegisterEntry(SiteRef):
 
 class ListEntries(SiteRef):
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=ENTRY_ID)
+    cursor: str | None = Field(default=None, pattern=ids.ENTRY_ID)
 
 
 class RemoveEntry(SiteRef):
-    entryId: str = Field(pattern=ENTRY_ID)
+    entryId: str = Field(pattern=ids.ENTRY_ID)
 
 
-def view(entry: DiscoveryEntry) -> views.DiscoveryEntry:
+def view(entry: DiscoveryEntryRecord) -> views.DiscoveryEntry:
     return {
         "entryId": entry.entry_id,
         "tenantId": entry.tenant_id,
@@ -154,7 +153,7 @@ def _site(principal: Principal, request: SiteRef, permission: str) -> None:
 
 def register(principal: Principal, request: RegisterEntry) -> views.DiscoveryEntry:
     _site(principal, request, WRITE)
-    entry = DiscoveryEntry(
+    entry = DiscoveryEntryRecord(
         entry_id=ids.new_id(ID_PREFIX),
         tenant_id=request.tenantId,
         site_id=request.siteId,
@@ -204,9 +203,7 @@ def remove(principal: Principal, request: RemoveEntry) -> views.DiscoveryEntry:
     if entry is None:
         raise NotFound("discovery entry not found")
     try:
-        discovery_db.remove(
-            entry, by=principal.key_id, now=clock.rfc3339(clock.now()), now_epoch=int(clock.epoch())
-        )
+        discovery_db.remove(entry, by=principal.key_id, now=clock.now())
     except discovery_db.EntryGone:
         # A concurrent remove got there first.
         raise NotFound("discovery entry not found") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
-from joinplane.dal.clusters import ClusterNode
+from joinplane.dal.clusters import ClusterNodeRecord
 from joinplane.dal.machines import public_key_sha256
 from joinplane.dal.stream import MachineImage, RequestImage
 
@@ -320,7 +320,7 @@ def _aws(facts: Mapping[str, Any] | None) -> MachineAws | None:
     return caller
 
 
-def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
+def _cluster_event(old: ClusterNodeRecord | None, new: ClusterNodeRecord) -> Event | None:
     if old is not None:
         return None
     detail_type = "security.cluster.node-joined"
@@ -343,5 +343,5 @@ def _cluster_event(old: ClusterNode | None, new: ClusterNode) -> Event | None:
 BUILDERS: dict[type[Any], Any] = {
     RequestImage: _request_event,
     MachineImage: _machine_event,
-    ClusterNode: _cluster_event,
+    ClusterNodeRecord: _cluster_event,
 }

@@ -8,6 +8,7 @@ use for: without them its cold start is a third shorter (make bench).
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 from joinplane import aws, clock, observe
@@ -22,15 +23,15 @@ def expire_due(max_items: int = 1000) -> int:
     stored fact, so the stream publishes `security.join-request.expired` and the listing partitions
     stay tidy. Reads only the sparse open-requests index up to now; one conditional write each, so
     a request decided or consumed meanwhile is left alone."""
-    now = int(clock.epoch())
+    now = clock.now()
     marked = 0
     for shard in range(requests_db.OPEN_SHARDS):
         start: dict[str, Any] | None = None
         while marked < max_items:
-            page = requests_db.open_due(shard, now_epoch=now, limit=min(100, max_items - marked), start=start)
+            page = requests_db.open_due(shard, now=now, limit=min(100, max_items - marked), start=start)
             for due in page.requests:
                 # Not marked: decided, consumed or already marked since the index was read.
-                if requests_db.mark_expired(due, now_epoch=now):
+                if requests_db.mark_expired(due, now=now):
                     marked += 1
                     observe.decision(
                         "join request expired",
@@ -51,18 +52,18 @@ def expire_retired_authorities(max_items: int = 100) -> int:
     valid) leave the bundle: their keys are scheduled for deletion first, then one transaction
     marks the CA `expired` and drops it from the pool's bundle at the pointer's version. A run that
     stops between the two is redone by the next (the key is already pending deletion: fine)."""
-    now = int(clock.epoch())
+    now = clock.now()
     expired = 0
     start: dict[str, Any] | None = None
     while expired < max_items:
         page = ca_retention.retired_due(now, limit=min(100, max_items - expired), start=start)
         for due in page.authorities:
             pointer = authorities_db.get_pointer(due.tenant_id, due.pool_id)
-            if pointer is None or due.bundle_until is None or due.bundle_until > now:
+            if pointer is None or due.bundle_until is None or due.bundle_until > clock.seconds(now):
                 continue
             _schedule_key_deletion(due.key_id)
             try:
-                ca_retention.expire(pointer, due, clock.rfc3339(now))
+                ca_retention.expire(pointer, due, now)
             except authorities_db.Contended:
                 continue  # changed meanwhile (a rotation, another run): the next run looks again
             expired += 1
@@ -93,13 +94,11 @@ def delete_abandoned_keys(max_items: int = 100) -> int:
     from joinplane.settings import settings
 
     stack = settings().kms_stack_tag
-    before = int(clock.epoch()) - ABANDONED_KEY_GRACE_SECONDS
+    before = clock.now() - timedelta(seconds=ABANDONED_KEY_GRACE_SECONDS)
     deleted = 0
     start: dict[str, Any] | None = None
     while deleted < max_items:
-        page = ca_retention.abandoned_keys(
-            before_epoch=before, limit=min(100, max_items - deleted), start=start
-        )
+        page = ca_retention.abandoned_keys(before=before, limit=min(100, max_items - deleted), start=start)
         for key_id in page.key_ids:
             if _unused(key_id, stack):
                 _schedule_key_deletion(key_id)

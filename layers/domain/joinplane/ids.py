@@ -12,6 +12,15 @@ ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 BASE32 = "[0-9a-hjkmnp-tv-z]"
 ULID_PATTERN = BASE32 + "{26}"
 
+# Each id's pattern, here below the models that validate ids and the views that describe them, so
+# neither imports the other for it. The joinRequests API allows up to 52 characters after its
+# prefix; ours are ULIDs (26).
+KEY_ID = rf"^key_{ULID_PATTERN}$"
+TOKEN_ID = rf"^jtok_{ULID_PATTERN}$"
+MACHINE_ID = rf"^mach_{ULID_PATTERN}$"
+ENTRY_ID = rf"^disc_{ULID_PATTERN}$"
+REQUEST_ID = rf"^jreq_{BASE32}{{26,52}}$"
+
 
 def encode_base32(value: int, length: int) -> str:
     chars = []

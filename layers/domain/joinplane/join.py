@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from joinplane import (
@@ -45,9 +46,9 @@ from joinplane.dal import joins as joins_db
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.machines import Claim, Identity, Machine, TpmFacts
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest, VoteReason
+from joinplane.dal.machines import Claim, IdentityRecord, MachineRecord, TpmFactsRecord
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
 from joinplane.join_decide import (
@@ -62,9 +63,9 @@ from joinplane.join_decide import (
 from joinplane.join_facts import Attempt
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views
 
-Response = tuple[int, "views.JoinMachineResponse"]
+Response = tuple[int, "join_views.JoinMachineResponse"]
 
 RETRY_AFTER_SECONDS = 30
 NOT_RECORDED = "the join could not be recorded, retry"
@@ -75,7 +76,7 @@ def _refuse(refusal: Refuse | None) -> None:
         raise refusal.error
 
 
-def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> Pool:
+def _pool(tenant_id: str, pool_id: str, *, fresh: bool = False) -> PoolRecord:
     """The pool, cached per container: every transaction re-checks its version (`is_current`), so
     a stale copy can only cost a retry (`fresh=True`), never a join under old settings."""
     pool = pools_db.cached(tenant_id, pool_id, fresh=fresh)
@@ -106,7 +107,9 @@ _base_url: ContextVar[str] = ContextVar("base_url", default="")
 _source_ip: ContextVar[str | None] = ContextVar("source_ip", default=None)
 
 
-def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | None = None) -> Certificate:
+def issue_certificate(
+    csr: Any, pool: PoolRecord, machine_id: str, base_url: str | None = None
+) -> Certificate:
     """The certificate for `csr`'s key, with the lifetime of the pool as read; its CRL distribution
     point is under `base_url` (default: the request's)."""
     if csr is None:
@@ -131,7 +134,7 @@ def issue_certificate(csr: Any, pool: Pool, machine_id: str, base_url: str | Non
     )
 
 
-def _worker_image(pool: Pool, baseline: str | None, sent: str) -> tuple[str, str | None]:
+def _worker_image(pool: PoolRecord, baseline: str | None, sent: str) -> tuple[str, str | None]:
     """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
     follows the pool's current image, anything else is pinned and handed back as sent."""
     if baseline is None and sent:
@@ -142,7 +145,7 @@ def _worker_image(pool: Pool, baseline: str | None, sent: str) -> tuple[str, str
 
 
 def _admitted(
-    pool: Pool, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
+    pool: PoolRecord, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
 ) -> Response:
     return 200, join_wire.join_response(
         pool,
@@ -169,7 +172,7 @@ def _told(response: Response) -> Response:
     return response
 
 
-def _deferred(request: JoinRequest) -> Response:
+def _deferred(request: JoinRequestRecord) -> Response:
     reasons = "; ".join(r.message for r in request.reasons) or "an operator must decide"
     # Who decides: the pool's operators, or (a site token's request, unclaimed) those of a pool of the site.
     who = f"of pool {request.pool_id}" if request.pool_id else f"of a pool of site {request.site_id}"
@@ -189,16 +192,16 @@ def _deferred(request: JoinRequest) -> Response:
 
 def _new_machine(
     attempt: Attempt,
-    pool: Pool,
+    pool: PoolRecord,
     machine_id: str,
     secret: str,
     cert: Certificate,
     baseline: str | None,
     claims: list[Claim],
     request_id: str | None,
-    tpm: TpmFacts,
-) -> Machine:
-    return Machine(
+    tpm: TpmFactsRecord,
+) -> MachineRecord:
+    return MachineRecord(
         machine_id=machine_id,
         tenant_id=pool.tenant_id,
         site_id=pool.site_id,
@@ -220,10 +223,14 @@ def _new_machine(
     )
 
 
-def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote], tpm: TpmFacts) -> JoinRequest:
-    token, now = attempt.token, clock.epoch()
-    expires = int(now) + (pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL)
-    return JoinRequest(
+def _new_request(
+    attempt: Attempt, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord
+) -> JoinRequestRecord:
+    token, now = attempt.token, clock.now()
+    expires = now + timedelta(
+        seconds=pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL
+    )
+    return JoinRequestRecord(
         request_id=ids.new_id(join_requests.ID_PREFIX),
         tenant_id=attempt.tenant,
         site_id=token.site_id,
@@ -231,22 +238,24 @@ def _new_request(attempt: Attempt, pool: Pool | None, votes: list[Vote], tpm: Tp
         token_id=token.token_id,
         identity=attempt.identity,
         state="pending",
-        reasons=tuple(VoteReason(v.attestor, v.code, v.message) for v in votes),
-        verdicts=tuple(requests_db.Verdict(name, verdict) for name, verdict in attestors.verdicts(votes)),
+        reasons=tuple(VoteReasonRecord(v.attestor, v.code, v.message) for v in votes),
+        verdicts=tuple(
+            requests_db.VerdictRecord(name, verdict) for name, verdict in attestors.verdicts(votes)
+        ),
         token_description=token.description or None,
         source_ip=_source_ip.get(),
         machine=machines.facts_of(attempt.request)._replace(tpm=tpm, aws=join_facts.aws_facts(attempt)),
         csr_public_key_sha256=attempt.csr.public_key_sha256 if attempt.csr else None,
         created_at=clock.rfc3339(now),
         expires_at=clock.rfc3339(expires),
-        expires_at_epoch=expires,
+        expires_at_epoch=clock.seconds(expires),
     )
 
 
 # --- a key seen for the first time -------------------------------------------------------------
 
 
-def _fresh(attempt: Attempt) -> Response | Identity:
+def _fresh(attempt: Attempt) -> Response | IdentityRecord:
     """Admit or defer in one transaction; the key's record instead when it turns out to have one."""
     token = attempt.token
     pool = _pool(attempt.tenant, token.pool_id) if token.pool_id else None
@@ -275,24 +284,23 @@ def _fresh(attempt: Attempt) -> Response | Identity:
 
 
 def _commit_fresh(
-    attempt: Attempt, decided: Admit | Defer, pool: Pool | None, votes: list[Vote], tpm: TpmFacts
+    attempt: Attempt, decided: Admit | Defer, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord
 ) -> tuple[joins_db.FreshOutcome, Response]:
     """The transaction of a fresh admit or deferral, and the answer it gives if it commits."""
-    token = attempt.token
-    record = Identity.new(
+    token, now = attempt.token, clock.now()
+    record = IdentityRecord.new(
         tenant_id=attempt.tenant,
         identity=attempt.identity,
         token_id=token.token_id,
         site_id=token.site_id,
-        now=clock.rfc3339(clock.now()),
+        now=now,
         proof_at=attempt.proof_ms,
     )
-    now_epoch = int(clock.epoch())
     try:
         if isinstance(decided, Defer):
             request = _new_request(attempt, pool, votes, tpm)
             record = record._replace(request_id=request.request_id)
-            deferred = joins_db.defer(token, now_epoch=now_epoch, pool=pool, identity=record, request=request)
+            deferred = joins_db.defer(token, now=now, pool=pool, identity=record, request=request)
             return deferred, _deferred(request)
         assert pool is not None  # a site token always defers
         machine_id = ids.new_id(machines.ID_PREFIX)
@@ -302,7 +310,7 @@ def _commit_fresh(
         claims = join_facts.hardware_claims(attempt.request) + join_facts.ek_claims(attempt)
         machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None, tpm)
         record = record._replace(machine_id=machine_id, pool_id=pool.pool_id)
-        admitted = joins_db.admit(token, now_epoch=now_epoch, pool=pool, identity=record, machine=machine)
+        admitted = joins_db.admit(token, now=now, pool=pool, identity=record, machine=machine)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
     except joins_db.NotRecorded:
         raise Unavailable(NOT_RECORDED) from None
@@ -311,7 +319,7 @@ def _commit_fresh(
 # --- a key with a history ----------------------------------------------------------------------
 
 
-def _history(attempt: Attempt, record: Identity) -> join_decide.History:
+def _history(attempt: Attempt, record: IdentityRecord) -> join_decide.History:
     """What the key's history decides: its machine or its request is read only once `screen` lets
     this token see it. The join and its dry run both ask here."""
     refused = join_decide.screen(attempt.token, record)
@@ -323,11 +331,11 @@ def _history(attempt: Attempt, record: Identity) -> join_decide.History:
     elif record.request_id:
         request = requests_db.get(record.request_id)
     return join_decide.history(
-        attempt.token, attempt.presented, record, machine=machine, request=request, now=clock.epoch()
+        attempt.token, attempt.presented, record, machine=machine, request=request, now=clock.now()
     )
 
 
-def _known(attempt: Attempt, record: Identity) -> Response:
+def _known(attempt: Attempt, record: IdentityRecord) -> Response:
     decided = _history(attempt, record)
     match decided:
         case Refuse(error):
@@ -349,7 +357,7 @@ def _known(attempt: Attempt, record: Identity) -> Response:
     raise AssertionError(f"undecided: {decided}")
 
 
-def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Response:
+def _consume(attempt: Attempt, record: IdentityRecord, request: JoinRequestRecord) -> Response:
     """An approved request admits exactly one join; concurrent retries lose it and get ABORTED."""
     assert request.pool_id is not None  # approving a request gives it a pool
     pool = _pool(attempt.tenant, request.pool_id)
@@ -375,8 +383,7 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
                 proof_ms=attempt.proof_ms,
                 machine=machine,
                 pool=pool,
-                now=clock.rfc3339(clock.now()),
-                now_epoch=int(clock.epoch()),
+                now=clock.now(),
             )
         except joins_db.NotRecorded:
             raise Unavailable(NOT_RECORDED) from None
@@ -392,7 +399,7 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
                 return _told(_admitted(pool, machine_id, secret, cert, image, machine.schedulable))
             case joins_db.RequestChanged():
                 current = requests_db.get(request.request_id)
-                raise join_decide.approval_lost(current, request, clock.epoch())
+                raise join_decide.approval_lost(current, request, clock.now())
             case joins_db.IdentityMoved(current_record):
                 raise join_decide.identity_moved(attempt.presented, record.version, current_record)
             case joins_db.PoolChanged():
@@ -403,7 +410,7 @@ def _consume(attempt: Attempt, record: Identity, request: JoinRequest) -> Respon
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
+def _rejoin(attempt: Attempt, record: IdentityRecord, machine: MachineRecord) -> Response:
     """Same identity, same pool: the same machineId, a new machine token (the old one stops
     working) and a new certificate. The machine was admitted before, so only a deny can stop it."""
     facts = join_facts.attestor_facts(attempt, machine.site_id)
@@ -442,7 +449,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
                 record=record,
                 proof_ms=attempt.proof_ms,
                 pool=pool,
-                now=clock.rfc3339(clock.now()),
+                now=clock.now(),
             )
         except joins_db.NotRecorded:
             raise Unavailable(NOT_RECORDED) from None
@@ -467,7 +474,7 @@ def _rejoin(attempt: Attempt, record: Identity, machine: Machine) -> Response:
 def _dry_run(attempt: Attempt) -> Response:
     """Everything evaluated, nothing changed: the verdict and its reasons. Each step is the join's
     own, in its order, so a dry run never says more than the join would."""
-    token, now = attempt.token, clock.epoch()
+    token, now = attempt.token, clock.now()
     record = machines_db.get_identity(attempt.tenant, attempt.identity)
     voted_first = token.usable_at(now)
     votes: list[Vote] = []
@@ -547,13 +554,13 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         from joinplane import aws_iam
 
         attempt = attempt._replace(aws=aws_iam.verify(request.awsIam, csr, attempt.proof_ms))
-    polled: Identity | None = None
+    polled: IdentityRecord | None = None
     if join_facts.presents_tpm(request):
         # Loaded only here: a join without a TPM pays nothing for the TPM code.
         from joinplane import tpm_join
 
         challenged = tpm_join.challenge_or_activate(attempt)
-        if isinstance(challenged, Identity):
+        if isinstance(challenged, IdentityRecord):
             polled = challenged
         elif not isinstance(challenged, Attempt):
             return challenged
@@ -566,11 +573,11 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
         return _dry_run(attempt)
     if polled is not None:
         return _known(attempt, polled)
-    if token.usable_at(clock.epoch()):
+    if token.usable_at(clock.now()):
         fresh = _fresh(attempt)
-        if not isinstance(fresh, Identity):
+        if not isinstance(fresh, IdentityRecord):
             return fresh
-        record: Identity | None = fresh
+        record: IdentityRecord | None = fresh
     else:
         # An expired or used-up token still serves the retries and re-joins it started.
         record = machines_db.get_identity(attempt.tenant, attempt.identity)

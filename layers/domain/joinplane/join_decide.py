@@ -9,14 +9,15 @@ carrying the error to answer with, so every rule is one row of tests/join/test_j
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple, Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
-from joinplane.dal.machines import Identity, Machine, TpmFacts
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import JoinToken
+from joinplane.dal.machines import IdentityRecord, MachineRecord, TpmFactsRecord
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.errors import (
     Aborted,
     FailedPrecondition,
@@ -49,7 +50,7 @@ PROOF_REPLAYED = "this Joinplane-Proof is not newer than one already accepted fo
 # --- facts -------------------------------------------------------------------------------------
 
 
-class PreflightCheck(Protocol):
+class PreflightCheckLike(Protocol):
     """One preflight check the machine ran on itself, as it reported it (join_wire reads them)."""
 
     @property
@@ -93,21 +94,21 @@ class Defer(NamedTuple):
 class Rejoin(NamedTuple):
     """Same identity, same pool: the same machine gets new credentials."""
 
-    machine: Machine
+    machine: MachineRecord
 
 
 class StillPending(NamedTuple):
     """A retry while the request is pending: the same 202. A proof sent moves the identity's mark
     (`accept_proof`), so the same signed request cannot consume the approval that comes later."""
 
-    request: JoinRequest
+    request: JoinRequestRecord
     accept_proof: bool
 
 
 class ConsumeApproval(NamedTuple):
     """The approved request admits exactly this one join."""
 
-    request: JoinRequest
+    request: JoinRequestRecord
 
 
 class Verdict(NamedTuple):
@@ -123,7 +124,7 @@ History = Rejoin | StillPending | ConsumeApproval | Refuse
 # --- rules -------------------------------------------------------------------------------------
 
 
-def preflight(checks: Iterable[PreflightCheck]) -> Refuse | None:
+def preflight(checks: Iterable[PreflightCheckLike]) -> Refuse | None:
     """A failed `fatal` check refuses the join before anything is decided (an `error` check only
     makes the machine unschedulable), naming every fatal check that failed."""
     fatal = [c for c in checks if not c.ok and c.severity.lower() == "fatal"]
@@ -134,12 +135,12 @@ def preflight(checks: Iterable[PreflightCheck]) -> Refuse | None:
     return Refuse(failed)
 
 
-def schedulable(requested: bool, checks: Iterable[PreflightCheck]) -> bool:
+def schedulable(requested: bool, checks: Iterable[PreflightCheckLike]) -> bool:
     """An admitted machine takes work when it asks to and no `error` preflight check failed."""
     return requested and not any(not c.ok and c.severity.lower() == "error" for c in checks)
 
 
-def pool_usable(pool: Pool | None) -> Refuse | None:
+def pool_usable(pool: PoolRecord | None) -> Refuse | None:
     """Joins, retries and re-joins need the token's pool to exist and be active."""
     if pool is None:
         return Refuse(
@@ -152,7 +153,7 @@ def pool_usable(pool: Pool | None) -> Refuse | None:
     return None
 
 
-def spent_token(token: JoinToken, record: Identity | None) -> Refuse | None:
+def spent_token(token: JoinTokenRecord, record: IdentityRecord | None) -> Refuse | None:
     """An expired or used-up token still serves the retries and re-joins it started, and nothing
     else: every other refusal reads as an unknown token."""
     if record is None or record.token_id != token.token_id:
@@ -175,7 +176,7 @@ def _denied(votes: list[Vote]) -> PermissionDenied:
     return PermissionDenied("join denied: " + "; ".join(messages), reason=errors.JOIN_DENIED)
 
 
-def place(token: JoinToken, site_id: str, pool_id: str | None) -> Refuse | None:
+def place(token: JoinTokenRecord, site_id: str, pool_id: str | None) -> Refuse | None:
     """A retry or re-join must come through a token of the same site, and of the same pool when both
     name one: another pool's token cannot consume, peek at or re-join this machine's history."""
     if token.site_id != site_id or (token.pool_id and pool_id and token.pool_id != pool_id):
@@ -183,7 +184,7 @@ def place(token: JoinToken, site_id: str, pool_id: str | None) -> Refuse | None:
     return None
 
 
-def screen(token: JoinToken, record: Identity) -> Refuse | None:
+def screen(token: JoinTokenRecord, record: IdentityRecord) -> Refuse | None:
     """What is decided from the identity's record alone, before its machine or request is read.
     First the place: another pool's token learns nothing of this key, not even that it was revoked
     or replaced."""
@@ -202,13 +203,13 @@ def proof_required(presented: Presented) -> Refuse | None:
 
 
 def history(
-    token: JoinToken,
+    token: JoinTokenRecord,
     presented: Presented,
-    record: Identity,
+    record: IdentityRecord,
     *,
-    machine: Machine | None,
-    request: JoinRequest | None,
-    now: float,
+    machine: MachineRecord | None,
+    request: JoinRequestRecord | None,
+    now: datetime,
 ) -> History:
     """A key that has joined before: its machine (read when the record names one) or its request."""
     refused = screen(token, record)
@@ -238,7 +239,7 @@ def history(
     return Refuse(request_closed(request, state))
 
 
-def request_closed(request: JoinRequest, state: str) -> JoinplaneError:
+def request_closed(request: JoinRequestRecord, state: str) -> JoinplaneError:
     """A request that can admit nothing (any more): rejected, expired, or consumed by another join."""
     if state == "rejected":
         why = f": {request.reason}" if request.reason else ""
@@ -256,7 +257,7 @@ def request_closed(request: JoinRequest, state: str) -> JoinplaneError:
     return Aborted("this join request was consumed by a concurrent join; retry")
 
 
-def _request_metadata(request: JoinRequest) -> dict[str, str]:
+def _request_metadata(request: JoinRequestRecord) -> dict[str, str]:
     """ErrorInfo metadata of a refused join request: its id, and the operator's reason if given."""
     metadata = {"requestId": request.request_id}
     if request.reason:
@@ -278,7 +279,7 @@ TPM_AGAIN = (
 TPM_OTHER = "this machine joined with another TPM; a re-join must activate the TPM it joined with"
 
 
-def tpm_rejoin(token: JoinToken, joined_with: TpmFacts, activated_ek: str) -> Refuse | None:
+def tpm_rejoin(token: JoinTokenRecord, joined_with: TpmFactsRecord, activated_ek: str) -> Refuse | None:
     """`tpmRejoin: activate`: a machine that joined with an activated TPM re-joins only with that
     TPM activated again (`activated_ek`: the EK activated in this join, "" for none)."""
     if not (token.attestation.rejoin_activates and joined_with.activated):
@@ -301,7 +302,7 @@ def pending_proof(accepted: bool) -> Refuse | None:
 # --- after a lost condition --------------------------------------------------------------------
 
 
-def token_lost(token: JoinToken) -> JoinplaneError:
+def token_lost(token: JoinTokenRecord) -> JoinplaneError:
     """A fresh join's transaction found its token used up, expired or revoked since it was read.
     The key had no record (the transaction hands a record back before it looks at the token), so
     this is a spent token and a key it never saw: refused as `spent_token` refuses it."""
@@ -310,7 +311,7 @@ def token_lost(token: JoinToken) -> JoinplaneError:
     return refused.error
 
 
-def identity_moved(presented: Presented, version_read: int, current: Identity | None) -> JoinplaneError:
+def identity_moved(presented: Presented, version_read: int, current: IdentityRecord | None) -> JoinplaneError:
     """Why the identity record's compare-and-set failed: another join moved it on (retry), or this
     proof is not newer than one already accepted for the key (a replay)."""
     if (
@@ -323,7 +324,9 @@ def identity_moved(presented: Presented, version_read: int, current: Identity | 
     return Aborted(CONCURRENT)
 
 
-def approval_lost(current: JoinRequest | None, read: JoinRequest, now: float) -> JoinplaneError:
+def approval_lost(
+    current: JoinRequestRecord | None, read: JoinRequestRecord, now: datetime
+) -> JoinplaneError:
     """The consuming transaction found the request changed (`current`, None: gone): closed
     meanwhile, or consumed by a concurrent retry (whose winner a later retry re-joins as)."""
     state = current.state_at(now) if current else "expired"
@@ -336,7 +339,7 @@ def approval_lost(current: JoinRequest | None, read: JoinRequest, now: float) ->
     return Aborted("this approval was consumed by a concurrent join; retry")
 
 
-def machine_lost(current: Machine | None) -> JoinplaneError:
+def machine_lost(current: MachineRecord | None) -> JoinplaneError:
     """The re-join's machine changed under it: revoked, or re-joined by a concurrent call."""
     if current is None or not current.active:
         return PermissionDenied(REVOKED, reason=errors.MACHINE_REVOKED)
@@ -346,7 +349,7 @@ def machine_lost(current: Machine | None) -> JoinplaneError:
 # --- renewals ----------------------------------------------------------------------------------
 
 
-def renewable(machine: Machine) -> Refuse | None:
+def renewable(machine: MachineRecord) -> Refuse | None:
     """A machine that joined with a fingerprint only has no key and no certificate: nothing but its
     bearer token would tie a new key to it."""
     if machine.identity.startswith(FINGERPRINT_PREFIX):
@@ -360,7 +363,7 @@ def renewable(machine: Machine) -> Refuse | None:
     return None
 
 
-def renewal_identity_lost(machine: Machine, current: Identity | None) -> JoinplaneError:
+def renewal_identity_lost(machine: MachineRecord, current: IdentityRecord | None) -> JoinplaneError:
     """The current key's record refused the renewal: still this machine's (the proof is a replay),
     or no longer (the machine was revoked or its token replaced)."""
     if current is not None and current.machine_id == machine.machine_id:

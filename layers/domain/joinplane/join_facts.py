@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 from joinplane import attestors, credentials, errors, observe, proof
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.machines import AwsFacts, Claim, TpmFacts
-from joinplane.dal.tokens import JoinToken
+from joinplane.dal.machines import AwsFactsRecord, Claim, TpmFactsRecord
+from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.join_decide import FINGERPRINT_PREFIX, REFUSED, Presented
 from joinplane.join_wire import JoinMachineRequest
@@ -23,7 +23,7 @@ class Attempt(NamedTuple):
     its TPM's activation (None: no TPM proved anything; then the claimed EK counts as none)."""
 
     request: JoinMachineRequest
-    token: JoinToken
+    token: JoinTokenRecord
     identity: str
     csr: Any  # csr_checks.Csr | None; typed loosely so this module does not import cryptography
     ek_sha256: str
@@ -49,7 +49,7 @@ def token_secret(request: JoinMachineRequest, authorization: str) -> str:
     return request.joinToken or from_header
 
 
-def load_token(secret: str) -> JoinToken:
+def load_token(secret: str) -> JoinTokenRecord:
     """The token a secret names (one GetItem); unknown, forged and revoked tokens look alike."""
     parsed = credentials.parse(secret, tokens_db.SECRET_PREFIX)
     if parsed is None:
@@ -145,15 +145,15 @@ def ek_claims(attempt: Attempt) -> list[Claim]:
     return [("ek", attempt.tpm.ek_sha256)] if attempt.tpm is not None else []
 
 
-def tpm_facts(attempt: Attempt, facts: attestors.Facts) -> TpmFacts:
+def tpm_facts(attempt: Attempt, facts: attestors.Facts) -> TpmFactsRecord:
     """What the machine and its join request keep of the TPM: the EK, whether it was activated, how
     it was trusted, its certificate's issuer and serial, the AK's name."""
     activated = attempt.tpm
     if activated is None:
-        return TpmFacts(attempt.ek_sha256)
+        return TpmFactsRecord(attempt.ek_sha256)
     certificate = activated.certificate_facts
     verified_by = "allow-list" if facts.ek_listed else "manufacturer" if facts.ek_manufacturer else ""
-    return TpmFacts(
+    return TpmFactsRecord(
         ek_public_key_sha256=activated.ek_sha256,
         activated=True,
         verified_by=verified_by,
@@ -165,12 +165,12 @@ def tpm_facts(attempt: Attempt, facts: attestors.Facts) -> TpmFacts:
     )
 
 
-def aws_facts(attempt: Attempt) -> AwsFacts:
+def aws_facts(attempt: Attempt) -> AwsFactsRecord:
     """What the machine and its join request keep of the AWS caller (docs/aws.md)."""
     caller = attempt.aws
     if caller is None:
-        return AwsFacts()
-    return AwsFacts(caller.account, caller.arn, caller.user_id, caller.instance_id)
+        return AwsFactsRecord()
+    return AwsFactsRecord(caller.account, caller.arn, caller.user_id, caller.instance_id)
 
 
 def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ merges the partitions of every pool the key may read (and of those pools' sites)
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import BaseModel, Field
@@ -21,8 +22,8 @@ from pydantic import BaseModel, Field
 from joinplane import clock, deadline, errors, ids, observe, pools
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
 from joinplane.errors import Aborted, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
@@ -33,11 +34,11 @@ if TYPE_CHECKING:
 ID_PREFIX = "jreq"
 
 
-def state_now(request: JoinRequest) -> views.JoinRequestState:
-    return request.state_at(clock.epoch())
+def state_now(request: JoinRequestRecord) -> views.JoinRequestState:
+    return request.state_at(clock.now())
 
 
-def view(request: JoinRequest) -> views.JoinRequest:
+def view(request: JoinRequestRecord) -> views.JoinRequest:
     """A join request as every API returns it; `state` is the state as read now."""
     # Imported here: the expiry job (RetentionFunction) never shows a request, and machines brings
     # its operator models.
@@ -75,8 +76,7 @@ def view(request: JoinRequest) -> views.JoinRequest:
 
 # --- the joinRequests API: the approval queue --------------------------------------------------
 
-# The joinRequests API allows up to 52 characters after the prefix; ours are ULIDs (26).
-REQUEST_ID = rf"^jreq_{ids.BASE32}{{26,52}}$"
+REQUEST_ID = ids.REQUEST_ID
 REASON = r"^[^\u0000-\u001f\u007f]*$"
 DECIDE = "compute:join-tokens:create"
 READ = "compute:join-tokens:read"
@@ -102,14 +102,14 @@ class ApproveJoinRequest(DecideJoinRequest):
     ttlSeconds: int = Field(default=3600, ge=60, le=86_400)
 
 
-def _acts_for_site(pool: Pool) -> bool:
+def _acts_for_site(pool: PoolRecord) -> bool:
     """Does the pool see and decide its site's unclaimed requests? Only while it is active: an
     archived pool takes no joins and can claim nothing, so it is no longer a window onto its site's
     queue (its own requests stay visible to it)."""
     return pool.active
 
 
-def _visible(pool: Pool, request_id: str) -> JoinRequest:
+def _visible(pool: PoolRecord, request_id: str) -> JoinRequestRecord:
     """A request the pool can decide: its own, or (while active) an unclaimed one of its site;
     else NOT_FOUND."""
     found = requests_db.get(request_id)
@@ -122,9 +122,9 @@ def _visible(pool: Pool, request_id: str) -> JoinRequest:
     return found
 
 
-def _tenant_pools(tenant_id: str) -> list[Pool]:
+def _tenant_pools(tenant_id: str) -> list[PoolRecord]:
     """Every pool of the tenant, in poolId order: the tenant's pool listing, 200 a Query."""
-    found: list[Pool] = []
+    found: list[PoolRecord] = []
     after: str | None = None
     while True:
         page = pools_db.list_pools(tenant_id, after=after, limit=200)
@@ -137,9 +137,11 @@ def _tenant_pools(tenant_id: str) -> list[Pool]:
 class Reached(NamedTuple):
     """A join request found for a key, and the pool it is acted on through."""
 
-    request: JoinRequest
-    pool: Pool | None  # None: a site's unclaimed request, named without a poolId
-    through: tuple[Pool, ...]  # the pools the key may act through (one, unless the request is unclaimed)
+    request: JoinRequestRecord
+    pool: PoolRecord | None  # None: a site's unclaimed request, named without a poolId
+    through: tuple[
+        PoolRecord, ...
+    ]  # the pools the key may act through (one, unless the request is unclaimed)
 
 
 def _reach(
@@ -203,20 +205,17 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
         )
     if not pool.active:
         raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
-    now = clock.epoch()
-    expires = int(now) + request.ttlSeconds
+    now = clock.now()
     try:
         written = requests_db.approve(
             request.requestId,
             tenant_id=pool.tenant_id,
             site_id=pool.site_id,
             pool_id=pool.pool_id,
-            expires_at=clock.rfc3339(expires),
-            expires_at_epoch=expires,
-            decided_at=clock.rfc3339(now),
+            expires_at=now + timedelta(seconds=request.ttlSeconds),
             decided_by=principal.key_id,
             reason=request.reason,
-            now_epoch=int(now),
+            now=now,
         )
     except requests_db.RequestLost as lost:
         current = lost.current
@@ -254,16 +253,15 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
                 f"join request is {state}; it can no longer be rejected",
                 reason=errors.JOIN_REQUEST_NOT_PENDING,
             )
-        now = clock.epoch()
+        now = clock.now()
         try:
             # Conditioned on the owner as read (see requests_db.reject): a pool claiming the request
             # meanwhile makes this write fail rather than land in the wrong listing.
             written = requests_db.reject(
                 found,
-                decided_at=clock.rfc3339(now),
                 decided_by=principal.key_id,
                 reason=request.reason,
-                now_epoch=int(now),
+                now=now,
             )
         except requests_db.RequestLost as lost:
             current = lost.current
@@ -350,9 +348,9 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> views.Join
     shown_owners = set(owners)
     open_sources = [(owner, state) for owner in owners for state in _SOURCES[request.state]]
     cursor = request.cursor
-    matching: list[JoinRequest] = []
+    matching: list[JoinRequestRecord] = []
     for _ in range(MAX_ROUNDS):
-        found: dict[str, JoinRequest] = {}  # by id: a request moving partitions mid-round shows once
+        found: dict[str, JoinRequestRecord] = {}  # by id: a request moving partitions mid-round shows once
         bound: str | None = None  # every source still open is complete up to here
         for (site_id, pool_id), state in list(open_sources):
             page = requests_db.list_partition_page(

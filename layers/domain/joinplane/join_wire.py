@@ -37,7 +37,7 @@ from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, OutOfTime
 from joinplane.http import json_response
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views, views
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_STRING = 256
@@ -370,14 +370,14 @@ def join_response(
     errMsg: str = "",
     machineId: str = "",
     machineToken: str = "",
-    bootstrap: views.MachineBootstrapConfig | None = None,
+    bootstrap: join_views.MachineBootstrapConfig | None = None,
     certificate: str = "",
     caCertificates: str = "",
     certificateExpiresAt: str = "",
     schedulable: bool = False,
-    joinRequest: views.JoinRequestRef | None = None,
+    joinRequest: join_views.JoinRequestRef | None = None,
     retryAfterSeconds: int = 0,
-) -> views.JoinMachineResponse:
+) -> join_views.JoinMachineResponse:
     """`controlplaneJoinMachineResponse` with every field present, plus our additive fields; the
     pool joined (if any) names its workspace and itself. Arguments carry the wire's names."""
     return {
@@ -399,7 +399,7 @@ def join_response(
 
 def dry_run_response(
     *, ok: bool, errMsg: str, verdict: str, reasons: list[views.AttestorReason]
-) -> views.JoinMachineResponse:
+) -> join_views.JoinMachineResponse:
     """A dry run's answer: nothing joined, the verdict and every attestor's vote."""
     body = join_response(ok=ok, errMsg=errMsg)
     body["dryRun"] = True
@@ -410,7 +410,7 @@ def dry_run_response(
 
 def challenge_response(
     credential_blob: str, encrypted_secret: str, expires_at: str
-) -> views.JoinMachineResponse:
+) -> join_views.JoinMachineResponse:
     """The first answer to a TPM join: nothing joined yet, the credential the TPM must activate."""
     body = join_response()
     body["tpmChallenge"] = {
@@ -423,7 +423,7 @@ def challenge_response(
 
 def renew_response(
     machine_id: str, certificate: str, ca_certificates: str, certificate_expires_at: str
-) -> views.RenewMachineResponse:
+) -> join_views.RenewMachineResponse:
     return {
         "machineId": machine_id,
         "certificate": certificate,

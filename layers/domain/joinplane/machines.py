@@ -8,24 +8,25 @@ The records (Machine, the join Identity, HardwareClaim) and their keys are in
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from joinplane import clock, credentials, errors, observe
+from joinplane import clock, credentials, errors, ids, observe
 from joinplane.dal import machines as machines_db
 from joinplane.dal import revocations
 from joinplane.dal.machines import (
-    HardwareFacts,
-    IssuedCertificate,
-    Machine,
-    MachineFacts,
-    PreflightCheck,
-    TpmFacts,
+    HardwareFactsRecord,
+    IssuedCertificateRecord,
+    MachineFactsRecord,
+    MachineRecord,
+    PreflightCheckRecord,
+    TpmFactsRecord,
 )
 from joinplane.errors import Aborted, FailedPrecondition, NotFound, PermissionDenied, Unauthenticated
 from joinplane.grants import Principal, Resource
-from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT, ULID
+from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 ID_PREFIX = "mach"
 TOKEN_PREFIX = "jpm"
-MACHINE_ID = rf"^mach_{ULID}$"
+MACHINE_ID = ids.MACHINE_ID
 READ, WRITE = "compute:machines:read", "compute:machines:write"
 
 
@@ -60,9 +61,9 @@ def mint_token(machine_id: str) -> str:
     return credentials.mint(TOKEN_PREFIX, machine_id.removeprefix(f"{ID_PREFIX}_"))
 
 
-def facts_of(request: JoinMachineRequest) -> MachineFacts:
+def facts_of(request: JoinMachineRequest) -> MachineFactsRecord:
     """What the machine said about itself, as its request and machine records keep it."""
-    return MachineFacts(
+    return MachineFactsRecord(
         fingerprint=request.machineFingerprint,
         hostname=request.hostname,
         os=request.os,
@@ -79,17 +80,17 @@ def facts_of(request: JoinMachineRequest) -> MachineFacts:
         capabilities=request.capabilities,
         schedulable=request.schedulable,
         worker_image=request.workerImage,
-        hardware=HardwareFacts(
+        hardware=HardwareFactsRecord(
             serial_number=request.hardware.serialNumber,
             system_uuid=request.hardware.systemUuid,
             mac_addresses=request.hardware.macAddresses,
         ),
-        tpm=TpmFacts(request.tpm.ekPublicKeySha256),
-        preflight=tuple(PreflightCheck(c.name, c.ok, c.message, c.severity) for c in request.preflight),
+        tpm=TpmFactsRecord(request.tpm.ekPublicKeySha256),
+        preflight=tuple(PreflightCheckRecord(c.name, c.ok, c.message, c.severity) for c in request.preflight),
     )
 
 
-def tpm_view(facts: TpmFacts) -> views.TpmFacts:
+def tpm_view(facts: TpmFactsRecord) -> views.TpmFacts:
     """The TPM as every answer shows it: the EK, and whether (and how) the join proved it."""
     tpm: views.TpmFacts = {}
     if facts.ek_public_key_sha256:
@@ -111,7 +112,7 @@ def tpm_view(facts: TpmFacts) -> views.TpmFacts:
     return tpm
 
 
-def facts_view(facts: MachineFacts) -> views.ReportedFacts:
+def facts_view(facts: MachineFactsRecord) -> views.ReportedFacts:
     """The facts every answer about a machine shows (a machine, a join request's `machine`)."""
     hardware: views.HardwareFacts = {}
     if facts.hardware.serial_number is not None:
@@ -138,7 +139,7 @@ def facts_view(facts: MachineFacts) -> views.ReportedFacts:
     return shown
 
 
-def view(machine: Machine) -> views.Machine:
+def view(machine: MachineRecord) -> views.Machine:
     return {
         "machineId": machine.machine_id,
         "tenantId": machine.tenant_id,
@@ -157,7 +158,7 @@ def view(machine: Machine) -> views.Machine:
         "publicKeySha256": machines_db.public_key_sha256(machine.identity),
         "certificates": [
             {"serial": c.serial, "caId": c.ca_id, "expiresAt": c.expires_at}
-            for c in machine.still_valid_certificates(clock.epoch())
+            for c in machine.still_valid_certificates(clock.now())
         ],
         "requestId": machine.request_id,
         "tokenId": machine.token_id,
@@ -170,7 +171,7 @@ def view(machine: Machine) -> views.Machine:
     }
 
 
-def _load(principal: Principal, tenant_id: str, machine_id: str, permission: str) -> Machine:
+def _load(principal: Principal, tenant_id: str, machine_id: str, permission: str) -> MachineRecord:
     principal.check_tenant(tenant_id)
     machine = machines_db.get(machine_id)
     if machine is None or machine.tenant_id != tenant_id:
@@ -208,7 +209,7 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
         if not machine.active:
             # Revoked concurrently (or before): answer with what is stored.
             return view(machine)
-        now = clock.rfc3339(clock.now())
+        now = clock.now()
         # Every certificate of the machine that still verifies: the current one and those a renewal
         # or re-join that kept the key replaced.
         certificates = _listed(machine, now, "unspecified")
@@ -230,17 +231,17 @@ def revoke(principal: Principal, request: RevokeMachine) -> views.Machine:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def superseded_certificates(machine: Machine, now: str) -> list[revocations.Revoked]:
+def superseded_certificates(machine: MachineRecord, now: datetime) -> list[revocations.RevocationRecord]:
     """The machine's certificates that still verify, as CRL entries with reason `superseded`: a
     renewal that changes the key replaces them all (the old key may be why it rotated)."""
     return _listed(machine, now, "superseded")
 
 
-def replaced_certificates(machine: Machine) -> tuple[IssuedCertificate, ...]:
+def replaced_certificates(machine: MachineRecord) -> tuple[IssuedCertificateRecord, ...]:
     """What a renewal or re-join that keeps the key stores as the machine's earlier certificates:
     every one that still verifies, the one being replaced included, so a revocation can list
     them. FAILED_PRECONDITION when the machine already holds MAX_VALID_CERTIFICATES of them."""
-    valid = machine.still_valid_certificates(clock.epoch())
+    valid = machine.still_valid_certificates(clock.now())
     if len(valid) >= machines_db.MAX_VALID_CERTIFICATES:
         soonest = min(c.expires_at for c in valid)
         raise FailedPrecondition(
@@ -250,10 +251,10 @@ def replaced_certificates(machine: Machine) -> tuple[IssuedCertificate, ...]:
     return tuple(valid)
 
 
-def _listed(machine: Machine, now: str, reason: str) -> list[revocations.Revoked]:
+def _listed(machine: MachineRecord, now: datetime, reason: str) -> list[revocations.RevocationRecord]:
     return [
-        revocations.Revoked(c.ca_id, c.serial, now, reason, c.expires_epoch())
-        for c in machine.still_valid_certificates(clock.epoch())
+        revocations.RevocationRecord(c.ca_id, c.serial, clock.rfc3339(now), reason, c.expires_epoch())
+        for c in machine.still_valid_certificates(now)
     ]
 
 
@@ -273,7 +274,7 @@ def _refresh_crl(ca_id: str) -> None:
         )
 
 
-def authenticate(machine_token: str) -> Machine:
+def authenticate(machine_token: str) -> MachineRecord:
     """The machine a machine token belongs to: 16 for anything unknown, 7 for a revoked machine."""
     parsed = credentials.parse(machine_token, TOKEN_PREFIX)
     if parsed is None:

@@ -14,15 +14,20 @@ from pydantic import BaseModel, Field
 
 from joinplane import clock, errors
 from joinplane.dal import pools as pools_db
-from joinplane.dal.pools import DEFAULT_CA_PROPAGATION, Bootstrap, Pool, PoolChanges
-from joinplane.dal.pools import ClusterSettings as StoredClusterSettings
-from joinplane.dal.pools import TelemetrySink as StoredSink
+from joinplane.dal.pools import (
+    DEFAULT_CA_PROPAGATION,
+    BootstrapRecord,
+    ClusterSettingsRecord,
+    PoolChanges,
+    PoolRecord,
+    TelemetrySinkRecord,
+)
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views, views
 
 READ, WRITE = "compute:pools:read", "compute:pools:write"
 DEFAULT_JOIN_REQUEST_TTL = 86_400
@@ -133,26 +138,26 @@ class ListPools(BaseModel):
     cursor: str | None = Field(default=None, pattern=POOL_ID)
 
 
-def resource_of(pool: Pool) -> Resource:
+def resource_of(pool: PoolRecord) -> Resource:
     return Resource(pool.tenant_id, pool.site_id, pool.pool_id, kind="pool")
 
 
-def _stored_view(stored: Bootstrap | StoredClusterSettings) -> Any:
+def _stored_view(stored: BootstrapRecord | ClusterSettingsRecord) -> Any:
     """A pool shows its bootstrap defaults and cluster settings exactly as stored: only the fields
     an operator set, under their stored names, which are the view's (views.StoredBootstrap,
     views.StoredClusterSettings; the contract test holds the keys against the schema)."""
     return stored.to_item()
 
 
-def _stored_bootstrap(request: BootstrapDefaults) -> Bootstrap:
-    return Bootstrap.from_item(request.model_dump(exclude_none=True))
+def _stored_bootstrap(request: BootstrapDefaults) -> BootstrapRecord:
+    return BootstrapRecord.from_item(request.model_dump(exclude_none=True))
 
 
-def _stored_cluster(request: ClusterSettings) -> StoredClusterSettings:
-    return StoredClusterSettings(request.requiredNodeVersion)
+def _stored_cluster(request: ClusterSettings) -> ClusterSettingsRecord:
+    return ClusterSettingsRecord(request.requiredNodeVersion)
 
 
-def view(pool: Pool) -> views.Pool:
+def view(pool: PoolRecord) -> views.Pool:
     return {
         "tenantId": pool.tenant_id,
         "poolId": pool.pool_id,
@@ -171,7 +176,7 @@ def view(pool: Pool) -> views.Pool:
     }
 
 
-def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
+def _sink_config(sink: TelemetrySinkRecord | None) -> join_views.TelemetrySinkConfig | None:
     if sink is None:
         return None
     return {
@@ -181,7 +186,7 @@ def _sink_config(sink: StoredSink | None) -> views.TelemetrySinkConfig | None:
     }
 
 
-def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapConfig:
+def bootstrap_config(pool: PoolRecord, worker_image: str) -> join_views.MachineBootstrapConfig:
     """What a machine joining the pool is handed (levers9 JoinMachine's `controlplaneMachineBootstrapConfig`):
     the pool's defaults, JoinMachine's zero value for each one not set."""
     b, telemetry, billing = pool.bootstrap, pool.bootstrap.telemetry, pool.bootstrap.billing
@@ -223,7 +228,7 @@ def bootstrap_config(pool: Pool, worker_image: str) -> views.MachineBootstrapCon
     }
 
 
-def load(principal: Principal, tenant_id: str, pool_id: str, permission: str) -> Pool:
+def load(principal: Principal, tenant_id: str, pool_id: str, permission: str) -> PoolRecord:
     """A pool the principal may act on with `permission`; NOT_FOUND when it is absent or out of
     the caller's sight, so another tenant's or another pool's existence never shows."""
     principal.check_tenant(tenant_id)
@@ -264,7 +269,7 @@ def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> N
 def create(principal: Principal, request: CreatePool) -> views.Pool:
     authorize_placement(principal, request.tenantId, request.siteId)
     now = clock.rfc3339(clock.now())
-    pool = Pool(
+    pool = PoolRecord(
         tenant_id=request.tenantId,
         pool_id=request.poolId,
         site_id=request.siteId,
@@ -314,7 +319,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
     )
     try:
         pool = pools_db.update_active(
-            request.tenantId, request.poolId, changes, clock.rfc3339(clock.now()), by=principal.key_id
+            request.tenantId, request.poolId, changes, clock.now(), by=principal.key_id
         )
     except pools_db.PoolLost as lost:
         if lost.current is None:
@@ -328,9 +333,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
 def archive(principal: Principal, request: PoolRef) -> views.Pool:
     load(principal, request.tenantId, request.poolId, WRITE)
     try:
-        pool = pools_db.archive(
-            request.tenantId, request.poolId, clock.rfc3339(clock.now()), by=principal.key_id
-        )
+        pool = pools_db.archive(request.tenantId, request.poolId, clock.now(), by=principal.key_id)
     except pools_db.PoolLost as lost:
         if lost.current is None:
             raise NotFound("pool not found") from None
@@ -357,6 +360,6 @@ def list_pools(principal: Principal, request: ListPools) -> views.PoolList:
     return result
 
 
-def get_active(tenant_id: str, pool_id: str) -> Pool | None:
+def get_active(tenant_id: str, pool_id: str) -> PoolRecord | None:
     """The stored pool, for other domain modules (join tokens, joins) that authorize on their own."""
     return pools_db.get(tenant_id, pool_id)

@@ -14,16 +14,18 @@ from typing import TYPE_CHECKING
 
 from joinplane import clock, errors, join_decide, join_wire, machines, observe, proof
 from joinplane.dal import joins as joins_db
-from joinplane.dal.machines import Identity
+from joinplane.dal.machines import IdentityRecord
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, JoinplaneError, Unauthenticated, Unavailable
 from joinplane.join import _base_url, _pool, _refuse, _refused, issue_certificate
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import join_views
 
 
-def renew(body: bytes, proof_header: str = "", base_url: str = "") -> tuple[int, views.RenewMachineResponse]:
+def renew(
+    body: bytes, proof_header: str = "", base_url: str = ""
+) -> tuple[int, join_views.RenewMachineResponse]:
     _base_url.set(base_url)
     try:
         return _renew(body, proof_header)
@@ -32,7 +34,7 @@ def renew(body: bytes, proof_header: str = "", base_url: str = "") -> tuple[int,
         raise
 
 
-def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineResponse]:
+def _renew(body: bytes, proof_header: str) -> tuple[int, join_views.RenewMachineResponse]:
     """A new certificate for a machine's token and a fresh CSR (the key may change: the machine's
     join identity moves with it, in the same transaction).
 
@@ -69,11 +71,11 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, views.RenewMachineRespo
     for _ in attempts(3, exhausted=Aborted("the pool changed while renewing; retry")):
         # The certificate's lifetime comes from the pool: the pool as read, or read again.
         cert = issue_certificate(csr, pool, machine.machine_id)
-        now = clock.rfc3339(clock.now())
+        now = clock.now()
         # The new key's record moves to the machine; the current key's is retired by the same
         # transaction, so that key can never join again (a revoked machine's earlier key neither).
         new_identity = (
-            Identity.new(
+            IdentityRecord.new(
                 tenant_id=machine.tenant_id,
                 identity=csr.public_key_sha256,
                 token_id=machine.token_id,

@@ -426,7 +426,7 @@ ROUTES: tuple[Route, ...] = (
     # levers9's JoinMachine (grpc-gateway JSON): its schemas are hand-written (joinplane.contract.levers9),
     # exactly as the contract has them, since a pydantic schema would not say proto3 JSON (either
     # field name, int64 as a string); a contract test holds them to the answers' TypedDicts
-    # (views.JoinMachineResponse, ...).
+    # (join_views.JoinMachineResponse, ...).
     Route(
         "POST", "/machines/join", "MachineJoinFunction", "ControlPlaneService_JoinMachine", "join-token",
         summary="Join machine",

@@ -8,22 +8,22 @@ deferred joins can still be matched to the token they came with.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from joinplane import clock, credentials, errors, ids, pools
 from joinplane.dal import tokens as tokens_db
-from joinplane.dal.tokens import AttestationPolicy, AwsRules, JoinToken
+from joinplane.dal.tokens import AttestationPolicyRecord, AwsRulesRecord, JoinTokenRecord
 from joinplane.errors import InvalidState, NotFound
 from joinplane.grants import Principal, Resource
-from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, ULID
+from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
     from joinplane import views
 
 SECRET_PREFIX, ID_PREFIX = tokens_db.SECRET_PREFIX, tokens_db.ID_PREFIX
-TOKEN_ID = rf"^jtok_{ULID}$"
 READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 
 
@@ -90,21 +90,21 @@ class CreateJoinToken(TokenTarget):
 
 class ListJoinTokens(TokenTarget):
     limit: int = Field(default=100, ge=1, le=200)
-    cursor: str | None = Field(default=None, pattern=TOKEN_ID)
+    cursor: str | None = Field(default=None, pattern=ids.TOKEN_ID)
 
 
 class RevokeJoinToken(BaseModel):
     model_config = STRICT
     tenantId: str = Field(pattern=TENANT_ID)
-    tokenId: str = Field(pattern=TOKEN_ID)
+    tokenId: str = Field(pattern=ids.TOKEN_ID)
 
 
-def state_now(token: JoinToken) -> views.TokenState:
+def state_now(token: JoinTokenRecord) -> views.TokenState:
     """The token's state as read now: expiry and exhaustion need no background job."""
-    return token.state_at(clock.epoch())
+    return token.state_at(clock.now())
 
 
-def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
+def _attestation_view(policy: AttestationPolicyRecord) -> views.TokenAttestation:
     """The policy as stored: `identity` is absent on tokens made before the setting existed."""
     view: views.TokenAttestation = {"discovery": policy.discovery, "tpm": policy.tpm}
     if policy.identity is not None:
@@ -118,7 +118,7 @@ def _attestation_view(policy: AttestationPolicy) -> views.TokenAttestation:
     return view
 
 
-def view(token: JoinToken) -> views.JoinToken:
+def view(token: JoinTokenRecord) -> views.JoinToken:
     return {
         "tokenId": token.token_id,
         "tenantId": token.tenant_id,
@@ -157,10 +157,10 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
     assert target.site_id is not None  # a pool's or a site's resource always names its site
     ulid = ids.new_ulid()
     secret = credentials.mint(SECRET_PREFIX, ulid)
-    now = clock.epoch()
-    expires = int(now) + request.ttlSeconds
+    now = clock.now()
+    expires = now + timedelta(seconds=request.ttlSeconds)
     policy = request.attestation
-    token = JoinToken(
+    token = JoinTokenRecord(
         token_id=f"{ID_PREFIX}_{ulid}",
         tenant_id=target.tenant_id,
         site_id=target.site_id,
@@ -169,17 +169,17 @@ def create(principal: Principal, request: CreateJoinToken) -> views.JoinTokenCre
         description=request.description,
         state="active",
         expires_at=clock.rfc3339(expires),
-        expires_at_epoch=expires,
+        expires_at_epoch=clock.seconds(expires),
         max_uses=request.maxUses,
         uses_remaining=request.maxUses,
         require_approval=request.requireApproval,
-        attestation=AttestationPolicy(
+        attestation=AttestationPolicyRecord(
             policy.discovery,
             policy.tpm,
             policy.identity,
             policy.tpmTrust,
             policy.tpmRejoin,
-            AwsRules(tuple(policy.aws.accounts), tuple(policy.aws.arns)) if policy.aws else None,
+            AwsRulesRecord(tuple(policy.aws.accounts), tuple(policy.aws.arns)) if policy.aws else None,
         ),
         created_at=clock.rfc3339(now),
         created_by=principal.key_id,
@@ -211,7 +211,7 @@ def revoke(principal: Principal, request: RevokeJoinToken) -> views.JoinToken:
         raise NotFound("join token not found")
     principal.authorize(CREATE, Resource(token.tenant_id, token.site_id, token.pool_id, kind="join token"))
     try:
-        token = tokens_db.revoke(request.tokenId, now=clock.rfc3339(clock.now()), by=principal.key_id)
+        token = tokens_db.revoke(request.tokenId, now=clock.now(), by=principal.key_id)
     except tokens_db.TokenLost as lost:
         if lost.current is None:
             raise NotFound("join token not found") from None

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from joinplane import clock, der, pools
 from joinplane.dal import tpm_allow as allow_db
-from joinplane.dal.tpm_allow import AllowedKey
+from joinplane.dal.tpm_allow import AllowedKeyRecord
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
@@ -110,7 +110,7 @@ def certificate_spki(tbs: bytes) -> bytes:
     return der.sequence_element(tbs, 6 if tbs[first] == 0xA0 else 5)
 
 
-def view(key: AllowedKey) -> views.AllowedKey:
+def view(key: AllowedKeyRecord) -> views.AllowedKey:
     return {
         "tenantId": key.tenant_id,
         "siteId": key.site_id,
@@ -135,7 +135,7 @@ def add(principal: Principal, request: AddKey) -> views.AllowedKey:
         assert request.ekPublicKeySha256 is not None
         ek_sha256, added_from = request.ekPublicKeySha256, "hash"
     _site(principal, request, WRITE)
-    key = AllowedKey(
+    key = AllowedKeyRecord(
         tenant_id=request.tenantId,
         site_id=request.siteId,
         ek_sha256=ek_sha256,
@@ -171,9 +171,7 @@ def remove(principal: Principal, request: RemoveKey) -> views.AllowedKey:
     if key is None:
         raise NotFound("endorsement key not on this site's allow-list")
     try:
-        allow_db.remove(
-            key, by=principal.key_id, now=clock.rfc3339(clock.now()), now_epoch=int(clock.epoch())
-        )
+        allow_db.remove(key, by=principal.key_id, now=clock.now())
     except allow_db.KeyGone:
         raise NotFound("endorsement key not on this site's allow-list") from None
     return view(key)

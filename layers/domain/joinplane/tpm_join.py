@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from joinplane import clock, errors, join_decide, join_wire, observe, tpm_credential, tpm_manufacturers
 from joinplane.dal import machines as machines_db
 from joinplane.dal import tpm_challenges as challenges_db
-from joinplane.dal.tpm_challenges import Challenge
+from joinplane.dal.tpm_challenges import ChallengeRecord
 from joinplane.errors import InvalidArgument, Unauthenticated
 from joinplane.tpm_manufacturers import EkCertificate
 
 if TYPE_CHECKING:
-    from joinplane import views
-    from joinplane.dal.machines import Identity
-    from joinplane.dal.tokens import JoinToken
+    from joinplane import join_views
+    from joinplane.dal.machines import IdentityRecord
+    from joinplane.dal.tokens import JoinTokenRecord
     from joinplane.join_facts import Attempt
     from joinplane.join_wire import JoinMachineRequest
 
@@ -47,7 +47,7 @@ PROOF_NEEDED = (
 )
 
 
-class Presented(NamedTuple):
+class PresentedTpm(NamedTuple):
     """A TPM join's EK and AK, read and checked; the EK certificate if sent (its key is the EK's)."""
 
     ek: tpm_credential.Public
@@ -76,7 +76,7 @@ def _public(field: str, encoded: str) -> tpm_credential.Public:
         ) from None
 
 
-def presented(request: JoinMachineRequest, csr: Any) -> Presented:
+def presented(request: JoinMachineRequest, csr: Any) -> PresentedTpm:
     """The EK and AK of a join whose `tpm` has `ekPublic` or `akPublic` (join_facts asks), each
     checked: a 400 naming the field for a blob that is not a usable EK or AK, for an AK a TPM could
     export or use to decrypt, and for an `ekPublicKeySha256` or EK certificate of another key."""
@@ -103,11 +103,13 @@ def presented(request: JoinMachineRequest, csr: Any) -> Presented:
     certificate = facts = None
     if tpm.ekCertificatePem:
         certificate, facts = tpm_manufacturers.read_ek_certificate(tpm.ekCertificatePem, spki)
-    return Presented(ek, ak, ek_sha256, certificate, facts)
+    return PresentedTpm(ek, ak, ek_sha256, certificate, facts)
 
 
-def _expected(token: JoinToken, identity: str, tpm: Presented, secret_sha256: str, expires: int) -> Challenge:
-    return Challenge(
+def _expected(
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm, secret_sha256: str, expires: int
+) -> ChallengeRecord:
+    return ChallengeRecord(
         tenant_id=token.tenant_id,
         identity=identity,
         token_id=token.token_id,
@@ -118,12 +120,14 @@ def _expected(token: JoinToken, identity: str, tpm: Presented, secret_sha256: st
     )
 
 
-def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, views.JoinMachineResponse]:
+def challenge(
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm
+) -> tuple[int, join_views.JoinMachineResponse]:
     """Step 1: a credential for this TPM to activate, its secret stored only as a digest (one
     PutItem, replacing any earlier challenge of this key)."""
     secret = os.urandom(32)
     sealed = tpm_credential.make_credential(tpm.ek, tpm.ak.name, secret)
-    expires = int(clock.epoch()) + CHALLENGE_SECONDS
+    expires = clock.seconds(clock.now()) + CHALLENGE_SECONDS  # as the challenge stores it
     challenges_db.put(_expected(token, identity, tpm, hashlib.sha256(secret).hexdigest(), expires))
     return 202, join_wire.challenge_response(
         base64.b64encode(sealed.credential_blob).decode(),
@@ -132,7 +136,9 @@ def challenge(token: JoinToken, identity: str, tpm: Presented) -> tuple[int, vie
     )
 
 
-def activate(token: JoinToken, identity: str, tpm: Presented, secret: str, proof_ms: int | None) -> Activated:
+def activate(
+    token: JoinTokenRecord, identity: str, tpm: PresentedTpm, secret: str, proof_ms: int | None
+) -> Activated:
     """Step 3: the answer, checked and consumed (one conditional DeleteItem), or a 401."""
     if proof_ms is None:
         raise Unauthenticated(PROOF_NEEDED, reason=errors.PROOF_REQUIRED)
@@ -142,7 +148,7 @@ def activate(token: JoinToken, identity: str, tpm: Presented, secret: str, proof
         recovered = b""
     digest = hashlib.sha256(recovered).hexdigest()
     expected = _expected(token, identity, tpm, digest, 0)
-    consumed = challenges_db.consume(expected, int(clock.epoch())) if recovered else None
+    consumed = challenges_db.consume(expected, clock.now()) if recovered else None
     # The store compared the digest; compared here again, in constant time, as every secret is.
     if consumed is None or not hmac.compare_digest(consumed.secret_sha256, digest):
         raise Unauthenticated(ACTIVATION_FAILED, reason=errors.TPM_ACTIVATION_FAILED)
@@ -158,7 +164,9 @@ def manufacturer(tenant_id: str, site_id: str, activated: Activated) -> EkCertif
     return activated.certificate_facts._replace(manufacturer=maker, problem=problem)
 
 
-def challenge_or_activate(attempt: Attempt) -> Attempt | Identity | tuple[int, views.JoinMachineResponse]:
+def challenge_or_activate(
+    attempt: Attempt,
+) -> Attempt | IdentityRecord | tuple[int, join_views.JoinMachineResponse]:
     """A join that presents a TPM (docs/tpm.md): its challenge, or the attempt with the TPM's
     activation checked and consumed. A poll of the key's pending join request through its token
     needs no new activation: the request recorded what the TPM proved, so the key's record comes
@@ -179,7 +187,7 @@ def challenge_or_activate(attempt: Attempt) -> Attempt | Identity | tuple[int, v
     record = machines_db.get_identity(attempt.tenant, attempt.identity)
     if record is not None and record.request_id and not record.machine_id:
         return record if record.token_id == attempt.token.token_id else attempt
-    if not attempt.token.usable_at(clock.epoch()):
+    if not attempt.token.usable_at(clock.now()):
         # A spent token challenges only the keys it already serves (their re-joins): no
         # challenge is stored for a join the token would refuse anyway.
         refusal = join_decide.spent_token(attempt.token, record)

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from joinplane import clock, der, pools
 from joinplane.dal import tpm_manufacturers as makers_db
-from joinplane.dal.tpm_manufacturers import Manufacturer
+from joinplane.dal.tpm_manufacturers import ManufacturerRecord
 from joinplane.errors import AlreadyExists, InvalidArgument, NotFound
 from joinplane.grants import Principal
 from joinplane.pools import SiteRef
@@ -93,7 +93,7 @@ def _signed_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
     return True
 
 
-def view(maker: Manufacturer) -> views.TpmManufacturer:
+def view(maker: ManufacturerRecord) -> views.TpmManufacturer:
     return {
         "tenantId": maker.tenant_id,
         "siteId": maker.site_id,
@@ -126,7 +126,7 @@ def add(principal: Principal, request: AddManufacturer) -> views.TpmManufacturer
         raise _invalid("certificatePem", "has expired")
     _site(principal, request, WRITE)
     encoded = certificate.public_bytes(serialization.Encoding.DER)
-    maker = Manufacturer(
+    maker = ManufacturerRecord(
         tenant_id=request.tenantId,
         site_id=request.siteId,
         certificate_sha256=hashlib.sha256(encoded).hexdigest(),
@@ -134,7 +134,7 @@ def add(principal: Principal, request: AddManufacturer) -> views.TpmManufacturer
         subject=certificate.subject.rfc4514_string(),
         issuer=certificate.issuer.rfc4514_string(),
         root=root,
-        not_after=clock.rfc3339(certificate.not_valid_after_utc.timestamp()),
+        not_after=clock.rfc3339(certificate.not_valid_after_utc),
         description=request.description,
         created_at=clock.rfc3339(now),
         created_by=principal.key_id,
@@ -204,7 +204,7 @@ def read_ek_certificate(pem: str, ek_spki: bytes) -> tuple[x509.Certificate, EkC
 
 
 def _when(moment: datetime) -> str:
-    return clock.rfc3339(moment.timestamp())
+    return clock.rfc3339(moment)
 
 
 def _invalid_at(certificate: x509.Certificate, now: datetime, what: str) -> str:
@@ -215,7 +215,7 @@ def _invalid_at(certificate: x509.Certificate, now: datetime, what: str) -> str:
     return ""
 
 
-def chain(leaf: x509.Certificate, listed: list[Manufacturer], now: datetime) -> tuple[str, str]:
+def chain(leaf: x509.Certificate, listed: list[ManufacturerRecord], now: datetime) -> tuple[str, str]:
     """(the listed root's subject, "") when `leaf` chains to a listed root at `now`; else ("",
     why not)."""
     from cryptography import x509

@@ -1,4 +1,4 @@
-"""Typed views: what every operator route answers, field for field.
+"""Typed views: what every operator route answers, field for field (the machine join's: `join_views`).
 
 The domain builds its answers as plain dicts (`pools.view`, `tokens.view`, ...: cheap at cold
 start) and annotates those functions to return these TypedDicts, so mypy checks every answer's
@@ -21,9 +21,8 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
-from joinplane import apikeys, audit, credentials, discovery, machines, tokens
-from joinplane.join_requests import REQUEST_ID
-from joinplane.wire import POOL_ID, TENANT_ID
+from joinplane import credentials, ids
+from joinplane.wire import DETAIL_TYPE, POOL_ID, TENANT_ID
 
 VIEW = ConfigDict(extra="forbid")
 
@@ -32,7 +31,7 @@ Timestamp = Annotated[str, Field(pattern=TIMESTAMP, description="RFC 3339, UTC, 
 TenantId = Annotated[str, Field(pattern=TENANT_ID)]
 PoolId = Annotated[str, Field(pattern=POOL_ID)]
 SiteId = PoolId
-KeyId = Annotated[str, Field(pattern=apikeys.KEY_ID_PATTERN)]
+KeyId = Annotated[str, Field(pattern=ids.KEY_ID)]
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 TokenState = Literal["active", "expired", "exhausted", "revoked"]
 JoinRequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
@@ -200,7 +199,7 @@ class TokenAttestation(TypedDict):
 
 @with_config(VIEW)
 class JoinToken(TypedDict):
-    tokenId: Annotated[str, Field(pattern=tokens.TOKEN_ID)]
+    tokenId: Annotated[str, Field(pattern=ids.TOKEN_ID)]
     tenantId: TenantId
     siteId: SiteId
     poolId: Annotated[PoolId | None, Field(description="null for a site token")]
@@ -319,7 +318,7 @@ class MachineCertificate(TypedDict):
 
 @with_config(VIEW)
 class Machine(TypedDict):
-    machineId: Annotated[str, Field(pattern=machines.MACHINE_ID)]
+    machineId: Annotated[str, Field(pattern=ids.MACHINE_ID)]
     tenantId: TenantId
     siteId: SiteId
     poolId: PoolId
@@ -394,7 +393,7 @@ class RequestedMachine(TypedDict):
 
 @with_config(VIEW)
 class JoinRequest(TypedDict):
-    requestId: Annotated[str, Field(pattern=REQUEST_ID)]
+    requestId: Annotated[str, Field(pattern=ids.REQUEST_ID)]
     tenantId: TenantId
     siteId: SiteId
     poolId: Annotated[
@@ -433,7 +432,7 @@ class JoinRequestList(TypedDict):
 
 @with_config(VIEW)
 class DiscoveryEntry(TypedDict):
-    entryId: Annotated[str, Field(pattern=discovery.ENTRY_ID)]
+    entryId: Annotated[str, Field(pattern=ids.ENTRY_ID)]
     tenantId: TenantId
     siteId: SiteId
     serialNumber: str | None
@@ -492,7 +491,7 @@ class TpmManufacturerList(TypedDict):
 @with_config(VIEW)
 class AuditEvent(TypedDict):
     eventId: str
-    detailType: Annotated[str, Field(pattern=audit.DETAIL_TYPE)]
+    detailType: Annotated[str, Field(pattern=DETAIL_TYPE)]
     occurredAt: Timestamp
     tenantId: TenantId
     siteId: str | None
@@ -631,99 +630,3 @@ class ClusterGuest(TypedDict):
 class ClusterGuestList(TypedDict):
     guests: list[ClusterGuest]
     nextCursor: NotRequired[int]
-
-
-# --- machine join and renewal (levers9's JoinMachine) ------------------------------------------
-#
-# grpc-gateway JSON, so these are not pydantic schemas: joinplane.contract.levers9 writes theirs by hand,
-# exactly as the contract has them, and tests/contract/test_openapi_document.py holds the two to
-# the same field names.
-
-
-class TelemetrySinkConfig(TypedDict):
-    destination: str
-    credential: str
-    streamPrefix: str
-
-
-class TelemetryConfig(TypedDict):
-    enabled: bool
-    streamPrefix: str
-    logs: TelemetrySinkConfig | None
-    events: TelemetrySinkConfig | None
-
-
-class BillingConfig(TypedDict):
-    usageEndpoint: str
-    usageToken: str
-    costHookEndpoint: str
-    costHookToken: str
-    billableMarginPct: float
-
-
-class MachineBootstrapConfig(TypedDict):
-    """levers9 JoinMachine's `controlplaneMachineBootstrapConfig`: every field present (EmitUnpopulated)."""
-
-    controlplaneHttpUrl: str
-    controlplaneGrpcHost: str
-    controlplaneGrpcPort: int
-    controlplaneGrpcTls: bool
-    workspaceId: str
-    poolName: str
-    transport: str
-    executor: str
-    fallback: str
-    disabledServices: list[str]
-    imageRegistryStore: str
-    imageClipVersion: str  # int64: a decimal string in proto3 JSON
-    imageLocalCacheEnabled: bool
-    telemetry: TelemetryConfig | None
-    billing: BillingConfig | None
-    workerImage: str
-
-
-class JoinRequestRef(TypedDict):
-    requestId: str
-    state: Literal["pending"]
-    expiresAt: str
-    poolId: str | None  # None: a site token's request, which a pool of the site claims on approval
-    siteId: str
-
-
-class TpmChallenge(TypedDict):
-    """A TPM join's credential to activate: TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET, each
-    base64 of the size-prefixed structure, as TPM2_MakeCredential outputs them."""
-
-    credentialBlob: str
-    encryptedSecret: str
-    expiresAt: str
-
-
-class JoinMachineResponse(TypedDict):
-    """levers9 JoinMachine's `controlplaneJoinMachineResponse` with every field present, plus Joinplane's
-    additive fields; a dry run's three are present only on a dry run."""
-
-    ok: bool
-    errMsg: str
-    workspaceId: str
-    poolName: str
-    machineId: str
-    machineToken: str
-    bootstrap: MachineBootstrapConfig | None
-    certificate: str
-    caCertificates: str
-    certificateExpiresAt: str
-    schedulable: bool
-    joinRequest: JoinRequestRef | None
-    retryAfterSeconds: int
-    dryRun: NotRequired[bool]
-    verdict: NotRequired[str]  # admit | defer | deny
-    reasons: NotRequired[list[AttestorReason]]
-    tpmChallenge: NotRequired[TpmChallenge]  # only on a TPM join's first answer
-
-
-class RenewMachineResponse(TypedDict):
-    machineId: str
-    certificate: str
-    caCertificates: str
-    certificateExpiresAt: str

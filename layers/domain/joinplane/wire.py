@@ -18,4 +18,6 @@ SITE_ID = POOL_ID
 WORKSPACE_ID = r"^[A-Za-z0-9._:-]{1,128}$"
 # Free text a person typed: no control characters (the joinRequests API's `reason` rule).
 TEXT = r"^[^\u0000-\u001f\u007f]*$"
+# An audit event's EventBridge detail type (`security.machine.joined`).
+DETAIL_TYPE = r"^security\.[a-z-]+\.[a-z-]+$"
 ULID = ids.ULID_PATTERN

@@ -29,8 +29,8 @@ from joinplane.clusters.inventory import InventoryEntry, InventoryReport, go_tri
 from joinplane.clusters.sylve_wire import AcceptJoin
 from joinplane.dal import clusters as clusters_db
 from joinplane.dal import pools as pools_db
-from joinplane.dal.clusters import ClusterKey, ClusterNode, GuestBucket
-from joinplane.dal.pools import Pool
+from joinplane.dal.clusters import ClusterKeyRecord, ClusterNodeRecord, GuestBucketRecord
+from joinplane.dal.pools import PoolRecord
 from joinplane.errors import InvalidState, Unavailable
 from joinplane.grants import Principal
 
@@ -57,7 +57,7 @@ ROTATED_KEY_TTL = 35 * 86_400
 class Cluster:
     """The pool a cluster key opened, as read when the key was checked."""
 
-    pool: Pool
+    pool: PoolRecord
     key_id: str
 
 
@@ -77,7 +77,7 @@ def authenticate(secret: str) -> Cluster:
     return Cluster(_keyed_pool(key.tenant_id, key.pool_id, key_id), key_id)
 
 
-def _keyed_pool(tenant_id: str, pool_id: str, key_id: str) -> Pool:
+def _keyed_pool(tenant_id: str, pool_id: str, key_id: str) -> PoolRecord:
     pool = pools_db.get(tenant_id, pool_id)
     # An archived pool takes no joins; its key stops working like a disabled Sylve cluster's.
     if pool is None or pool.cluster_key_id != key_id or not pool.active:
@@ -89,10 +89,10 @@ def _keyed_pool(tenant_id: str, pool_id: str, key_id: str) -> Pool:
 class _Decision:
     node_id: str
     joiner: InventoryReport
-    buckets: dict[int, GuestBucket]
+    buckets: dict[int, GuestBucketRecord]
     # What a join commits: the new member and the guest items it changes (None: nothing to write).
-    node: ClusterNode | None = None
-    changed: tuple[GuestBucket, ...] = ()
+    node: ClusterNodeRecord | None = None
+    changed: tuple[GuestBucketRecord, ...] = ()
 
     def report(self) -> InventoryReport:
         """The merged report (preflight's answer), built only when asked for: with a full
@@ -153,7 +153,7 @@ def accept_join(cluster: Cluster, request: AcceptJoin) -> tuple[str, Any]:
         return "node_added_to_cluster", request.echo()
 
 
-def _decide(pool: Pool, request: AcceptJoin) -> _Decision:
+def _decide(pool: PoolRecord, request: AcceptJoin) -> _Decision:
     """The leader's checks in Sylve's order: version, address, the joiner's own inventory,
     membership, then its claims against the registry."""
     required = go_trim_space(pool.cluster.required_node_version or "" if pool.cluster else "")
@@ -203,7 +203,7 @@ def _joiner_report(node_id: str, request: AcceptJoin) -> InventoryReport:
     return report
 
 
-def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[ClusterNode], dict[int, GuestBucket]]:
+def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[ClusterNodeRecord], dict[int, GuestBucketRecord]]:
     """Members and guest items as of one moment. They are read in separate calls, and a join that
     commits in between would show its claims without its node (a retry of that very join would then
     look like a conflict with itself). Every commit inserts a node item, so members read the same
@@ -217,7 +217,7 @@ def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[ClusterNode], dict[int
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def _member(nodes: list[ClusterNode], node_id: str, address: str) -> ClusterNode | None:
+def _member(nodes: list[ClusterNodeRecord], node_id: str, address: str) -> ClusterNodeRecord | None:
     """Sylve's resolveJoinMembership over the members in join order (a Raft configuration's)."""
     for node in sorted(nodes, key=lambda n: (n.joined_at, n.node_id)):
         if node.node_id == node_id:
@@ -229,7 +229,7 @@ def _member(nodes: list[ClusterNode], node_id: str, address: str) -> ClusterNode
     return None
 
 
-def _registry(buckets: dict[int, GuestBucket]) -> list[InventoryEntry]:
+def _registry(buckets: dict[int, GuestBucketRecord]) -> list[InventoryEntry]:
     """Every claim as a registry entry (recordId 0, no name), as a Sylve leader reports them."""
     return [
         InventoryEntry.model_construct(nodeId=node, guestType=kind, guestId=guest_id, recordId=0, name="")
@@ -239,7 +239,7 @@ def _registry(buckets: dict[int, GuestBucket]) -> list[InventoryEntry]:
 
 
 def _check_claims(
-    node_id: str, joiner: InventoryReport, buckets: dict[int, GuestBucket], member: bool
+    node_id: str, joiner: InventoryReport, buckets: dict[int, GuestBucketRecord], member: bool
 ) -> None:
     """Sylve's validateJoinInventoryAgainstClaims. A member's claims were committed with it, so a
     member is Sylve's voter: it may repeat its join, but not with a different inventory. Looks up
@@ -260,16 +260,16 @@ def _check_claims(
 
 
 def _join(
-    pool: Pool,
+    pool: PoolRecord,
     node_id: str,
     address: str,
     version: str,
     joiner: InventoryReport,
-    buckets: dict[int, GuestBucket],
-) -> tuple[ClusterNode, tuple[GuestBucket, ...]]:
+    buckets: dict[int, GuestBucketRecord],
+) -> tuple[ClusterNodeRecord, tuple[GuestBucketRecord, ...]]:
     """The new member and every guest item its claims change, each one version on from as read."""
     now = clock.rfc3339(clock.now())
-    node = ClusterNode(
+    node = ClusterNodeRecord(
         tenant_id=pool.tenant_id,
         site_id=pool.site_id,
         pool_id=pool.pool_id,
@@ -289,7 +289,7 @@ def _join(
         claims = dict(current.claims) if current else {}
         claims.update({e.guestId: (e.guestType, node_id) for e in entries})
         version_read = current.version if current else 0
-        changed.append(GuestBucket(pool.tenant_id, pool.pool_id, number, version_read + 1, claims, now))
+        changed.append(GuestBucketRecord(pool.tenant_id, pool.pool_id, number, version_read + 1, claims, now))
     return node, tuple(changed)
 
 
@@ -323,19 +323,19 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             )
         ulid = ids.new_ulid()
         key_id, secret = f"{KEY_ID_PREFIX}_{ulid}", credentials.mint(KEY_PREFIX, ulid)
-        now = clock.rfc3339(clock.now())
-        key = ClusterKey(
+        now = clock.now()
+        key = ClusterKeyRecord(
             key_id=key_id,
             tenant_id=pool.tenant_id,
             pool_id=pool.pool_id,
             site_id=pool.site_id,
             secret_sha256=credentials.digest(secret),
             state="active",
-            created_at=now,
+            created_at=clock.rfc3339(now),
             created_by=principal.key_id,
         )
         try:
-            clusters_db.rotate_key(pool, key, rotated_ttl=int(clock.epoch()) + ROTATED_KEY_TTL)
+            clusters_db.rotate_key(pool, key, rotated_ttl=clock.seconds(now) + ROTATED_KEY_TTL)
         except clusters_db.Contended:
             continue  # rotated or archived meanwhile, or a transaction in flight: look again
         return {
@@ -343,12 +343,12 @@ def rotate_key(principal: Principal, request: RotateClusterKey) -> views.Cluster
             "poolId": pool.pool_id,
             "clusterKeyId": key_id,
             "clusterKey": secret,
-            "rotatedAt": now,
+            "rotatedAt": key.created_at,
         }
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def node_view(node: ClusterNode) -> views.ClusterNode:
+def node_view(node: ClusterNodeRecord) -> views.ClusterNode:
     return {
         "nodeId": node.node_id,
         "nodeIp": node.node_ip,

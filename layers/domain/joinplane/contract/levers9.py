@@ -2,7 +2,7 @@
 grpc-gateway JSON, written by hand exactly as the contract has it, since a pydantic schema would
 not say proto3 JSON (either field name, int64 as a string, `null` as the default), plus the
 additive fields docs/join.md lists. tests/contract/test_openapi_document.py holds the answers'
-field names to their TypedDicts in joinplane.views."""
+field names to their TypedDicts in joinplane.join_views."""
 
 from __future__ import annotations
 

@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -17,7 +19,7 @@ SK = "APIKEY"
 ApiKeyState = Literal["active", "revoked"]
 
 
-class ApiKey(NamedTuple):
+class ApiKeyRecord(NamedTuple):
     key_id: str
     tenant_id: str
     grants: tuple[str, ...]  # `PERMISSION@SCOPE`, as `joinplane.grants.Grant` prints them
@@ -34,7 +36,7 @@ class ApiKey(NamedTuple):
         return self.state == "active"
 
     @classmethod
-    def from_item(cls, item: Item) -> ApiKey:
+    def from_item(cls, item: Item) -> ApiKeyRecord:
         return cls(
             key_id=item["keyId"],
             tenant_id=item["tenantId"],
@@ -84,17 +86,17 @@ class ApiKeyLost(Exception):
     """A conditional change found the key absent (`current` None), of another tenant or no longer
     active."""
 
-    def __init__(self, current: ApiKey | None) -> None:
+    def __init__(self, current: ApiKeyRecord | None) -> None:
         super().__init__("API key changed")
         self.current = current
 
 
-def get(key_id: str, *, consistent: bool = True) -> ApiKey | None:
+def get(key_id: str, *, consistent: bool = True) -> ApiKeyRecord | None:
     item = dynamo.get(*key_key(key_id), consistent=consistent)
-    return ApiKey.from_item(item) if item else None
+    return ApiKeyRecord.from_item(item) if item else None
 
 
-def create(key: ApiKey) -> None:
+def create(key: ApiKeyRecord) -> None:
     """Store a new key; ApiKeyExists when the id is taken."""
     try:
         dynamo.put(key.to_item(), condition="attribute_not_exists(pk)")
@@ -102,12 +104,12 @@ def create(key: ApiKey) -> None:
         raise ApiKeyExists(key.key_id) from None
 
 
-def put(key: ApiKey) -> None:
+def put(key: ApiKeyRecord) -> None:
     """Store the key whatever is there: for a fixed bootstrap key written again on every start."""
     dynamo.put(key.to_item())
 
 
-def revoke(key_id: str, *, tenant_id: str, now: str, by: str) -> ApiKey:
+def revoke(key_id: str, *, tenant_id: str, now: datetime, by: str) -> ApiKeyRecord:
     """active → revoked, for a key of `tenant_id`; ApiKeyLost otherwise."""
     try:
         item = dynamo.update(
@@ -115,19 +117,25 @@ def revoke(key_id: str, *, tenant_id: str, now: str, by: str) -> ApiKey:
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
             condition="tenantId = :tenant AND #state = :active",
             names={"#state": "state"},
-            values={":revoked": "revoked", ":now": now, ":by": by, ":tenant": tenant_id, ":active": "active"},
+            values={
+                ":revoked": "revoked",
+                ":now": clock.rfc3339(now),
+                ":by": by,
+                ":tenant": tenant_id,
+                ":active": "active",
+            },
         )
     except dynamo.ConditionFailed as lost:
-        raise ApiKeyLost(ApiKey.from_item(lost.current) if lost.current else None) from None
-    return ApiKey.from_item(item)
+        raise ApiKeyLost(ApiKeyRecord.from_item(lost.current) if lost.current else None) from None
+    return ApiKeyRecord.from_item(item)
 
 
 class ApiKeyPage(NamedTuple):
-    keys: list[ApiKey]
+    keys: list[ApiKeyRecord]
     complete: bool  # no page follows
 
 
 def list_keys(tenant_id: str, *, after: str | None, limit: int) -> ApiKeyPage:
     """One page of the tenant's keys in keyId order, after `after`."""
     page = dynamo.query(pk=tenant_index(tenant_id), index="gsi1", limit=limit, sk_after=after)
-    return ApiKeyPage([ApiKey.from_item(item) for item in page.items], page.last_key is None)
+    return ApiKeyPage([ApiKeyRecord.from_item(item) for item in page.items], page.last_key is None)

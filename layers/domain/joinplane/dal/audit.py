@@ -43,7 +43,7 @@ _UNRANKED = 9
 _FILTERED_READS = 5
 
 
-class AuditEvent(NamedTuple):
+class AuditEventRecord(NamedTuple):
     event_id: str
     detail_type: str
     occurred_at: str
@@ -59,7 +59,7 @@ class AuditEvent(NamedTuple):
         return f"{self.occurred_at}#{RANK.get(self.detail_type, _UNRANKED)}#{self.event_id}"
 
     @classmethod
-    def from_item(cls, item: Item) -> AuditEvent:
+    def from_item(cls, item: Item) -> AuditEventRecord:
         return cls(
             event_id=item["eventId"],
             detail_type=item["detailType"],
@@ -92,7 +92,7 @@ def _pool_pk(tenant_id: str, pool_id: str) -> str:
     return f"AUDIT#{tenant_id}#POOL#{pool_id}"
 
 
-def record(event: AuditEvent) -> bool:
+def record(event: AuditEventRecord) -> bool:
     """Store the event; False when it was stored already (a redelivery)."""
     try:
         dynamo.put(event.to_item(), condition="attribute_not_exists(pk)")
@@ -102,7 +102,7 @@ def record(event: AuditEvent) -> bool:
 
 
 class AuditPage(NamedTuple):
-    events: list[AuditEvent]
+    events: list[AuditEventRecord]
     more: bool  # events may follow the last one
 
 
@@ -115,7 +115,7 @@ def list_events(
         pk, index = _pool_pk(tenant_id, pool_id), "gsi1"
     else:
         pk, index = f"AUDIT#{tenant_id}", None
-    events: list[AuditEvent] = []
+    events: list[AuditEventRecord] = []
     last_key: Item | None = None
     for _ in range(_FILTERED_READS):
         page = dynamo.query(
@@ -128,7 +128,7 @@ def list_events(
             filter="detailType = :type" if detail_type else None,
             filter_values={":type": detail_type} if detail_type else None,
         )
-        events += [AuditEvent.from_item(item) for item in page.items]
+        events += [AuditEventRecord.from_item(item) for item in page.items]
         last_key = page.last_key
         if last_key is None or len(events) >= limit:
             break

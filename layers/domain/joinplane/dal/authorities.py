@@ -47,8 +47,10 @@ uses).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
 
@@ -90,7 +92,7 @@ ATTRIBUTES = {
 }
 
 
-class CertificateAuthority(NamedTuple):
+class CertificateAuthorityRecord(NamedTuple):
     ca_id: str
     tenant_id: str
     site_id: str
@@ -115,7 +117,7 @@ class CertificateAuthority(NamedTuple):
     imported_at: str | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> CertificateAuthority:
+    def from_item(cls, item: Item) -> CertificateAuthorityRecord:
         stored = items.read(item, ATTRIBUTES, ("ca_id", "tenant_id", "pool_id", "key_id", "state"))
         return cls(
             **stored
@@ -141,7 +143,7 @@ class CertificateAuthority(NamedTuple):
         return {name: value for name, value in item.items() if value is not None}
 
 
-class Pointer(NamedTuple):
+class PointerRecord(NamedTuple):
     tenant_id: str
     pool_id: str
     active_ca_id: str
@@ -158,7 +160,7 @@ class Pointer(NamedTuple):
         return self.bundle_id or self.active_ca_id
 
     @classmethod
-    def from_item(cls, item: Item) -> Pointer:
+    def from_item(cls, item: Item) -> PointerRecord:
         return cls(
             tenant_id=item["tenantId"],
             pool_id=item["poolId"],
@@ -190,10 +192,10 @@ class Authorities(NamedTuple):
     """A pool's active CA, its next (prepared) CA and its bundle as read together: `bundle` is
     active first."""
 
-    pointer: Pointer
-    active: CertificateAuthority
-    bundle: tuple[CertificateAuthority, ...]
-    next: CertificateAuthority | None = None
+    pointer: PointerRecord
+    active: CertificateAuthorityRecord
+    bundle: tuple[CertificateAuthorityRecord, ...]
+    next: CertificateAuthorityRecord | None = None
 
 
 def pool_partition(tenant_id: str, pool_id: str) -> str:
@@ -212,9 +214,9 @@ def pending_key(tenant_id: str, pool_id: str) -> tuple[str, str]:
     return f"{POINTER_PREFIX}{tenant_id}#{pool_id}", "PENDING"
 
 
-def get(ca_id: str) -> CertificateAuthority | None:
+def get(ca_id: str) -> CertificateAuthorityRecord | None:
     item = dynamo.get(*ca_key(ca_id))
-    return CertificateAuthority.from_item(item) if item else None
+    return CertificateAuthorityRecord.from_item(item) if item else None
 
 
 def read(tenant_id: str, pool_id: str) -> Authorities | None:
@@ -228,7 +230,7 @@ def read(tenant_id: str, pool_id: str) -> Authorities | None:
     )
     found = dynamo.batch_get(ca_key(ca_id) for ca_id in wanted)
     cas = {
-        ca_id: CertificateAuthority.from_item(found[ca_key(ca_id)])
+        ca_id: CertificateAuthorityRecord.from_item(found[ca_key(ca_id)])
         for ca_id in wanted
         if ca_key(ca_id) in found
     }
@@ -246,26 +248,26 @@ def _due_key(bundle_until: int, ca_id: str) -> str:
     return f"{bundle_until:012d}#{ca_id}"
 
 
-def get_pointer(tenant_id: str, pool_id: str) -> Pointer | None:
+def get_pointer(tenant_id: str, pool_id: str) -> PointerRecord | None:
     item = dynamo.get(*pointer_key(tenant_id, pool_id))
-    return Pointer.from_item(item) if item else None
+    return PointerRecord.from_item(item) if item else None
 
 
-def list_pool(tenant_id: str, pool_id: str) -> list[CertificateAuthority]:
+def list_pool(tenant_id: str, pool_id: str) -> list[CertificateAuthorityRecord]:
     """Every CA the pool has had, oldest first (gsi1: eventually consistent)."""
-    found: list[CertificateAuthority] = []
+    found: list[CertificateAuthorityRecord] = []
     start: Item | None = None
     while True:
         page = dynamo.query(pk=pool_partition(tenant_id, pool_id), index="gsi1", start_after=start)
-        found.extend(CertificateAuthority.from_item(item) for item in page.items)
+        found.extend(CertificateAuthorityRecord.from_item(item) for item in page.items)
         if page.last_key is None:
             return found
         start = page.last_key
 
 
-def create_first(ca: CertificateAuthority) -> None:
+def create_first(ca: CertificateAuthorityRecord) -> None:
     """The pool's first CA and its pointer, both new; Contended when another caller's first CA won."""
-    pointer = Pointer(ca.tenant_id, ca.pool_id, ca.ca_id, (ca.ca_id,), 1)
+    pointer = PointerRecord(ca.tenant_id, ca.pool_id, ca.ca_id, (ca.ca_id,), 1)
     try:
         dynamo.transact(
             [
@@ -282,10 +284,10 @@ def create_first(ca: CertificateAuthority) -> None:
 
 def rotate(
     read_as: Authorities,
-    new: CertificateAuthority,
+    new: CertificateAuthorityRecord,
     *,
-    retired_at: str,
-    bundle_until: int,
+    now: datetime,
+    bundle_until: datetime,
     keep: Sequence[str],
 ) -> None:
     """An emergency rotation, one transaction: `new` becomes the active CA (put), the CA the pointer
@@ -295,14 +297,14 @@ def rotate(
     has two active CAs. The pool must still be active (PoolNotActive); Contended otherwise."""
     writes = [
         dynamo.Write("Put", item=new.to_item(), condition="attribute_not_exists(pk)", name="ca"),
-        _retiring(read_as.active, retired_at=retired_at, bundle_until=bundle_until),
+        _retiring(read_as.active, now=now, bundle_until=bundle_until),
         _repointing(read_as, active=new.ca_id, bundle=(new.ca_id, read_as.active.ca_id, *keep)),
         _pool_is_active(new.tenant_id, new.pool_id),
     ]
     _commit(writes)
 
 
-def prepare(read_as: Authorities, new: CertificateAuthority, *, keep: Sequence[str]) -> None:
+def prepare(read_as: Authorities, new: CertificateAuthorityRecord, *, keep: Sequence[str]) -> None:
     """One transaction: `new` (state prepared, with its activatesAt) becomes the pool's next CA: put,
     and the pointer names it next with the bundle active + `new` + `keep`, conditioned on the version
     read, which had no next CA. Nothing signs with it yet, and the active CA is untouched. Of
@@ -319,10 +321,9 @@ def prepare(read_as: Authorities, new: CertificateAuthority, *, keep: Sequence[s
 def activate(
     read_as: Authorities,
     *,
-    activated_at: str,
+    now: datetime,
     activated_by: str,
-    retired_at: str,
-    bundle_until: int,
+    bundle_until: datetime,
     keep: Sequence[str],
 ) -> None:
     """One transaction: the pool's next CA as read becomes its active CA (prepared -> active, with who
@@ -345,20 +346,21 @@ def activate(
             values={
                 ":active": "active",
                 ":prepared": "prepared",
-                ":at": activated_at,
+                ":at": clock.rfc3339(now),
                 ":by": activated_by,
                 ":previous": old.ca_id,
             },
             name="next",
         ),
-        _retiring(old, retired_at=retired_at, bundle_until=bundle_until),
+        _retiring(old, now=now, bundle_until=bundle_until),
         _repointing(read_as, active=following.ca_id, bundle=(following.ca_id, old.ca_id, *keep)),
     ]
     _commit(writes)
 
 
-def _retiring(old: CertificateAuthority, *, retired_at: str, bundle_until: int) -> dynamo.Write:
+def _retiring(old: CertificateAuthorityRecord, *, now: datetime, bundle_until: datetime) -> dynamo.Write:
     """The active CA read becomes retired, leaving the bundle at `bundle_until`."""
+    until = clock.seconds(bundle_until)
     return dynamo.Write(
         "Update",
         *ca_key(old.ca_id),
@@ -368,10 +370,10 @@ def _retiring(old: CertificateAuthority, *, retired_at: str, bundle_until: int) 
         values={
             ":retired": "retired",
             ":active": "active",
-            ":at": retired_at,
-            ":until": bundle_until,
+            ":at": clock.rfc3339(now),
+            ":until": until,
             ":due": RETIRED_PARTITION,
-            ":when": _due_key(bundle_until, old.ca_id),
+            ":when": _due_key(until, old.ca_id),
         },
         name="previous",
     )
@@ -446,7 +448,7 @@ class PendingChanged(Exception):
     """The pool's pending request is not the one read: another request replaced it, or it was imported."""
 
 
-def get_pending(tenant_id: str, pool_id: str) -> CertificateAuthority | None:
+def get_pending(tenant_id: str, pool_id: str) -> CertificateAuthorityRecord | None:
     """The CA whose request awaits its signed certificate (two consistent reads), or None."""
     slot = dynamo.get(*pending_key(tenant_id, pool_id))
     if not slot:
@@ -455,7 +457,7 @@ def get_pending(tenant_id: str, pool_id: str) -> CertificateAuthority | None:
     return found if found is not None and found.state == "pending" else None
 
 
-def put_pending(ca: CertificateAuthority, *, replacing: CertificateAuthority | None) -> None:
+def put_pending(ca: CertificateAuthorityRecord, *, replacing: CertificateAuthorityRecord | None) -> None:
     """One transaction: `ca` (state pending) becomes the pool's pending request; the request it
     replaces, if any, is abandoned (still pending, and still the slot's: PendingChanged otherwise).
     The pool must be active (PoolNotActive)."""
@@ -489,13 +491,13 @@ def put_pending(ca: CertificateAuthority, *, replacing: CertificateAuthority | N
 
 def activate_pending(
     read_as: Authorities | None,
-    pending: CertificateAuthority,
+    pending: CertificateAuthorityRecord,
     *,
     certificate_pem: str,
     chain_pem: Sequence[str],
-    activated_at: str,
+    now: datetime,
     activated_by: str,
-    activates_at: int,
+    activates_at: datetime,
     keep: Sequence[str],
 ) -> None:
     """One transaction: the pending CA receives its signed certificate and chain (pending ->, the slot
@@ -508,7 +510,7 @@ def activate_pending(
         ":pending": "pending",
         ":certificate": certificate_pem,
         ":chain": list(chain_pem),
-        ":at": activated_at,
+        ":at": clock.rfc3339(now),
         ":by": activated_by,
     }
     if read_as is None:
@@ -522,7 +524,11 @@ def activate_pending(
             "SET #state = :state, certificatePem = :certificate, chainPem = :chain, activatesAt = :when, "
             "importedBy = :by, importedAt = :at, previousCaId = :previous"
         )
-        values |= {":state": "prepared", ":when": activates_at, ":previous": read_as.active.ca_id}
+        values |= {
+            ":state": "prepared",
+            ":when": clock.seconds(activates_at),
+            ":previous": read_as.active.ca_id,
+        }
     writes = [
         dynamo.Write(
             "Update",
@@ -542,7 +548,7 @@ def activate_pending(
         ),
     ]
     if read_as is None:
-        pointer = Pointer(pending.tenant_id, pending.pool_id, pending.ca_id, (pending.ca_id,), 1)
+        pointer = PointerRecord(pending.tenant_id, pending.pool_id, pending.ca_id, (pending.ca_id,), 1)
         writes.append(
             dynamo.Write("Put", item=pointer.to_item(), condition="attribute_not_exists(pk)", name="pointer")
         )

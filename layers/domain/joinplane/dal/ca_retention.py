@@ -8,14 +8,16 @@ abandoned.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.authorities import (
     RETIRED_PARTITION,
-    CertificateAuthority,
+    CertificateAuthorityRecord,
     Contended,
-    Pointer,
+    PointerRecord,
     ca_key,
     pointer_key,
 )
@@ -23,19 +25,23 @@ from joinplane.dal.dynamo import Item
 
 
 class DuePage(NamedTuple):
-    authorities: list[CertificateAuthority]
+    authorities: list[CertificateAuthorityRecord]
     next: Item | None
 
 
-def retired_due(now_epoch: int, *, limit: int = 100, start: Item | None = None) -> DuePage:
+def retired_due(now: datetime, *, limit: int = 100, start: Item | None = None) -> DuePage:
     """Retired CAs whose bundleUntil has passed (gsi2: eventually consistent; `expire` checks)."""
     page = dynamo.query(
-        pk=RETIRED_PARTITION, index="gsi2", sk_below=f"{now_epoch + 1:012d}", limit=limit, start_after=start
+        pk=RETIRED_PARTITION,
+        index="gsi2",
+        sk_below=f"{clock.seconds(now) + 1:012d}",
+        limit=limit,
+        start_after=start,
     )
-    return DuePage([CertificateAuthority.from_item(item) for item in page.items], page.last_key)
+    return DuePage([CertificateAuthorityRecord.from_item(item) for item in page.items], page.last_key)
 
 
-def expire(pointer: Pointer, ca: CertificateAuthority, at: str) -> None:
+def expire(pointer: PointerRecord, ca: CertificateAuthorityRecord, at: datetime) -> None:
     """A retired CA whose certificates have all expired leaves the bundle: retired -> expired and the
     pointer's bundle without it, at the version read. Contended when either changed meanwhile."""
     try:
@@ -47,7 +53,7 @@ def expire(pointer: Pointer, ca: CertificateAuthority, at: str) -> None:
                     update="SET #state = :expired, expiredAt = :at REMOVE gsi2pk, gsi2sk",
                     condition="#state = :retired",
                     names={"#state": "state"},
-                    values={":expired": "expired", ":retired": "retired", ":at": at},
+                    values={":expired": "expired", ":retired": "retired", ":at": clock.rfc3339(at)},
                     name="ca",
                 ),
                 dynamo.Write(
@@ -86,9 +92,10 @@ def abandoned_key_key(key_id: str) -> tuple[str, str]:
     return f"{ABANDONED_KEY_PREFIX}{key_id}", "KEY"
 
 
-def abandon_key(key_id: str, *, at_epoch: int) -> None:
+def abandon_key(key_id: str, *, at: datetime) -> None:
     """Record a key no CA will use (idempotent: a second record of one key replaces the first)."""
     pk, sk = abandoned_key_key(key_id)
+    at_epoch = clock.seconds(at)
     dynamo.put(
         {
             "pk": pk,
@@ -106,12 +113,12 @@ class AbandonedPage(NamedTuple):
     next: Item | None
 
 
-def abandoned_keys(*, before_epoch: int, limit: int = 100, start: Item | None = None) -> AbandonedPage:
-    """Keys recorded as abandoned at or before `before_epoch`, oldest first (gsi2: eventually consistent)."""
+def abandoned_keys(*, before: datetime, limit: int = 100, start: Item | None = None) -> AbandonedPage:
+    """Keys recorded as abandoned at or before `before`, oldest first (gsi2: eventually consistent)."""
     page = dynamo.query(
         pk=ABANDONED_PARTITION,
         index="gsi2",
-        sk_below=f"{before_epoch + 1:012d}",
+        sk_below=f"{clock.seconds(before) + 1:012d}",
         limit=limit,
         start_after=start,
     )

@@ -36,12 +36,12 @@ from joinplane.dal.dynamo import Item
 from joinplane.errors import Unavailable
 
 if TYPE_CHECKING:
-    from joinplane.dal.pools import Pool
+    from joinplane.dal.pools import PoolRecord
 
 BUCKET_WIDTH = 200
 
 
-class ClusterKey(NamedTuple):
+class ClusterKeyRecord(NamedTuple):
     key_id: str
     tenant_id: str
     pool_id: str
@@ -55,7 +55,7 @@ class ClusterKey(NamedTuple):
     previous_key_id: str | None = None  # the key this one replaced (None: the pool's first)
 
     @classmethod
-    def from_item(cls, item: Item) -> ClusterKey:
+    def from_item(cls, item: Item) -> ClusterKeyRecord:
         return cls(
             key_id=item["keyId"],
             tenant_id=item["tenantId"],
@@ -89,7 +89,7 @@ class ClusterKey(NamedTuple):
         }
 
 
-class ClusterNode(NamedTuple):
+class ClusterNodeRecord(NamedTuple):
     tenant_id: str
     site_id: str
     pool_id: str
@@ -101,7 +101,7 @@ class ClusterNode(NamedTuple):
     joined_at: str
 
     @classmethod
-    def from_item(cls, item: Item) -> ClusterNode:
+    def from_item(cls, item: Item) -> ClusterNodeRecord:
         return cls(
             tenant_id=item["tenantId"],
             site_id=item["siteId"],
@@ -145,7 +145,7 @@ _KIND_CODES = {"vm": "v", "jail": "j"}
 _KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 
 
-class GuestBucket(NamedTuple):
+class GuestBucketRecord(NamedTuple):
     """The claims on guest IDs number*200 to number*200+199. Version n is written only over
     version n-1 (version 1 only where there was none): that is how concurrent joins serialise."""
 
@@ -157,7 +157,7 @@ class GuestBucket(NamedTuple):
     updated_at: str | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> GuestBucket:
+    def from_item(cls, item: Item) -> GuestBucketRecord:
         nodes = item["nodes"]
         claims = {}
         for claim in item["claims"].split(",") if item["claims"] else []:
@@ -214,32 +214,32 @@ def bucket_of(guest_id: int) -> int:
 # --- reads ---------------------------------------------------------------------------------------
 
 
-def get_key(key_id: str) -> ClusterKey | None:
+def get_key(key_id: str) -> ClusterKeyRecord | None:
     item = dynamo.get(*key_key(key_id))
-    return ClusterKey.from_item(item) if item else None
+    return ClusterKeyRecord.from_item(item) if item else None
 
 
-def nodes(tenant_id: str, pool_id: str) -> list[ClusterNode]:
+def nodes(tenant_id: str, pool_id: str) -> list[ClusterNodeRecord]:
     """Every member, in nodeId order (every page)."""
-    found: list[ClusterNode] = []
+    found: list[ClusterNodeRecord] = []
     after: Item | None = None
     while True:
         page = dynamo.query(pk=node_pk(tenant_id, pool_id), start_after=after, consistent=True)
-        found += [ClusterNode.from_item(item) for item in page.items]
+        found += [ClusterNodeRecord.from_item(item) for item in page.items]
         if page.last_key is None:
             return found
         after = page.last_key
 
 
-def buckets(tenant_id: str, pool_id: str, numbers: Iterable[int]) -> dict[int, GuestBucket]:
+def buckets(tenant_id: str, pool_id: str, numbers: Iterable[int]) -> dict[int, GuestBucketRecord]:
     """The guest items that exist among `numbers`, in one BatchGetItem."""
     keys = {bucket_key(tenant_id, pool_id, number): number for number in numbers}
     found = dynamo.batch_get(keys)
-    return {number: GuestBucket.from_item(found[k]) for k, number in keys.items() if k in found}
+    return {number: GuestBucketRecord.from_item(found[k]) for k, number in keys.items() if k in found}
 
 
 class NodePage(NamedTuple):
-    nodes: list[ClusterNode]
+    nodes: list[ClusterNodeRecord]
     more: bool  # a page may follow
 
 
@@ -250,11 +250,11 @@ def list_nodes(tenant_id: str, pool_id: str, *, after: str | None, limit: int) -
         page = dynamo.query(pk=pk, sk_after=f"NODE#{after}", limit=limit, consistent=True)
     else:
         page = dynamo.query(pk=pk, sk_prefix="NODE#", limit=limit, consistent=True)
-    return NodePage([ClusterNode.from_item(item) for item in page.items], page.last_key is not None)
+    return NodePage([ClusterNodeRecord.from_item(item) for item in page.items], page.last_key is not None)
 
 
 class BucketPage(NamedTuple):
-    buckets: list[GuestBucket]
+    buckets: list[GuestBucketRecord]
     last_key: Item | None  # where the next page starts (None: no more guest items)
 
 
@@ -270,7 +270,7 @@ def list_buckets(
         )
     else:
         page = dynamo.query(pk=pk, sk_prefix="GUESTS#", limit=limit, start_after=start_after, consistent=True)
-    return BucketPage([GuestBucket.from_item(item) for item in page.items], page.last_key)
+    return BucketPage([GuestBucketRecord.from_item(item) for item in page.items], page.last_key)
 
 
 # --- writes --------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class Contended(Exception):
 
 
 def join_writes(
-    pool: Pool, key_id: str, node: ClusterNode, changed: Sequence[GuestBucket]
+    pool: PoolRecord, key_id: str, node: ClusterNodeRecord, changed: Sequence[GuestBucketRecord]
 ) -> list[dynamo.Write]:
     """A join's commit: the node and its address (both new), each guest item it changes (put whole
     over the version it was read at), and the pool still active, unchanged and opened by this key."""
@@ -327,7 +327,9 @@ def join_writes(
     return writes
 
 
-def commit_join(pool: Pool, key_id: str, node: ClusterNode, changed: Sequence[GuestBucket]) -> None:
+def commit_join(
+    pool: PoolRecord, key_id: str, node: ClusterNodeRecord, changed: Sequence[GuestBucketRecord]
+) -> None:
     """Commit a join all-or-nothing. Contended when what it decided on moved; Unavailable when the
     transaction was refused for another reason (throughput)."""
     try:
@@ -339,7 +341,7 @@ def commit_join(pool: Pool, key_id: str, node: ClusterNode, changed: Sequence[Gu
         raise Unavailable(f"the registry could not be written ({cancelled.causes})") from None
 
 
-def rotate_key(pool: Pool, new: ClusterKey, *, rotated_ttl: int) -> None:
+def rotate_key(pool: PoolRecord, new: ClusterKeyRecord, *, rotated_ttl: int) -> None:
     """One transaction: the new key item, the pool repointed (conditioned on the key it named, so
     concurrent rotations serialise), the previous key item marked rotated. Contended when the pool
     was rotated or archived meanwhile, or a transaction was in flight."""
@@ -382,7 +384,7 @@ def rotate_key(pool: Pool, new: ClusterKey, *, rotated_ttl: int) -> None:
         raise Contended() from None
 
 
-def _pool_key(pool: Pool) -> tuple[str, str]:
+def _pool_key(pool: PoolRecord) -> tuple[str, str]:
     # Imported here: the stream publisher reads cluster nodes and never writes a pool.
     from joinplane.dal.pools import pool_key
 

@@ -15,12 +15,13 @@ record cannot say.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple
 
-from joinplane import deadline
+from joinplane import clock, deadline
 from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
-from joinplane.dal.removals import Removal
+from joinplane.dal.removals import RemovalRecord
 from joinplane.errors import Unavailable
 
 # A transaction that lost to a concurrent one on the same items is cancelled without a verdict on
@@ -28,7 +29,7 @@ from joinplane.errors import Unavailable
 _CONFLICT_ATTEMPTS = 3
 
 
-class DiscoveryEntry(NamedTuple):
+class DiscoveryEntryRecord(NamedTuple):
     entry_id: str
     tenant_id: str
     site_id: str
@@ -55,7 +56,7 @@ class DiscoveryEntry(NamedTuple):
         return found
 
     @classmethod
-    def from_item(cls, item: Item) -> DiscoveryEntry:
+    def from_item(cls, item: Item) -> DiscoveryEntryRecord:
         return cls(
             entry_id=item["entryId"],
             tenant_id=item["tenantId"],
@@ -157,7 +158,7 @@ def _transact(writes: list[dynamo.Write]) -> None:
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
-def register(entry: DiscoveryEntry) -> None:
+def register(entry: DiscoveryEntryRecord) -> None:
     """The entry and one index item per identifier. IdentifiersTaken (in the entry's identifier
     order) or EntryIdTaken when a condition failed."""
     writes = [dynamo.Write("Put", item=entry.to_item(), condition="attribute_not_exists(pk)", name="entry")]
@@ -185,25 +186,25 @@ def register(entry: DiscoveryEntry) -> None:
         raise
 
 
-def get(tenant_id: str, site_id: str, entry_id: str) -> DiscoveryEntry | None:
+def get(tenant_id: str, site_id: str, entry_id: str) -> DiscoveryEntryRecord | None:
     item = dynamo.get(*entry_key(tenant_id, site_id, entry_id))
-    return DiscoveryEntry.from_item(item) if item else None
+    return DiscoveryEntryRecord.from_item(item) if item else None
 
 
-def remove(entry: DiscoveryEntry, *, by: str, now: str, now_epoch: int) -> None:
+def remove(entry: DiscoveryEntryRecord, *, by: str, now: datetime) -> None:
     """The entry and its index items, and the record of `by` removing it; EntryGone when a
     concurrent remove got there first."""
     pk, sk = entry_key(entry.tenant_id, entry.site_id, entry.entry_id)
-    removal = Removal(
+    removal = RemovalRecord(
         kind="discovery-entry",
         tenant_id=entry.tenant_id,
         site_id=entry.site_id,
         subject_id=entry.entry_id,
         added_at=entry.created_at,
         added_by=entry.created_by,
-        removed_at=now,
+        removed_at=clock.rfc3339(now),
         removed_by=by,
-        ttl=now_epoch + removals.RETENTION_SECONDS,
+        ttl=clock.seconds(now) + removals.RETENTION_SECONDS,
     )
     writes = [
         dynamo.Write("Delete", pk=pk, sk=sk, condition="attribute_exists(pk)", name="entry"),
@@ -232,7 +233,7 @@ def remove(entry: DiscoveryEntry, *, by: str, now: str, now_epoch: int) -> None:
 
 
 class EntryPage(NamedTuple):
-    entries: list[DiscoveryEntry]
+    entries: list[DiscoveryEntryRecord]
     more: bool  # a page may follow
 
 
@@ -243,7 +244,7 @@ def list_entries(tenant_id: str, site_id: str, *, after: str | None, limit: int)
         page = dynamo.query(pk=pk, sk_after=f"ENTRY#{after}", limit=limit, consistent=True)
     else:
         page = dynamo.query(pk=pk, sk_prefix="ENTRY#", limit=limit, consistent=True)
-    entries = [DiscoveryEntry.from_item(item) for item in page.items if item["sk"].startswith("ENTRY#")]
+    entries = [DiscoveryEntryRecord.from_item(item) for item in page.items if item["sk"].startswith("ENTRY#")]
     reached_end = len(entries) < len(page.items)
     return EntryPage(entries, page.last_key is not None and not reached_end)
 

@@ -13,8 +13,10 @@ Every identity-record write that acts on a proof of possession also moves the re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, revocations
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
@@ -23,15 +25,15 @@ from joinplane.dal import tokens as tokens_db
 from joinplane.dal.machines import (
     PROOF_MARK,
     Claim,
-    Identity,
-    IssuedCertificate,
-    Machine,
+    IdentityRecord,
+    IssuedCertificateRecord,
+    MachineRecord,
     identity_key,
     machine_key,
 )
-from joinplane.dal.pools import Pool
-from joinplane.dal.requests import JoinRequest
-from joinplane.dal.tokens import JoinToken
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import JoinTokenRecord
 
 _NEWER_THAN_MARK = f"(attribute_not_exists({PROOF_MARK}) OR {PROOF_MARK} < :proofAt)"
 
@@ -43,7 +45,7 @@ class Committed(NamedTuple):
 class IdentityTaken(NamedTuple):
     """A fresh join's key already has a record: the join is a retry or a re-join of `current`."""
 
-    current: Identity
+    current: IdentityRecord
 
 
 class TokenSpent(NamedTuple):
@@ -63,7 +65,7 @@ class ClaimsHeld(NamedTuple):
 class IdentityMoved(NamedTuple):
     """The identity record's condition failed: `current` as it is now (None: absent)."""
 
-    current: Identity | None
+    current: IdentityRecord | None
 
 
 class MachineChanged(NamedTuple):
@@ -105,17 +107,17 @@ def _marked(write: dynamo.Write, proof_ms: int | None) -> dynamo.Write:
     )
 
 
-def _put_identity(identity: Identity) -> dynamo.Write:
+def _put_identity(identity: IdentityRecord) -> dynamo.Write:
     return dynamo.Write("Put", item=identity.to_item(), condition="attribute_not_exists(pk)", name="identity")
 
 
-def _put_machine(machine: Machine) -> dynamo.Write:
+def _put_machine(machine: MachineRecord) -> dynamo.Write:
     return dynamo.Write("Put", item=machine.to_item(), condition="attribute_not_exists(pk)", name="machine")
 
 
-def _identity(cancelled: dynamo.TransactionCanceled) -> Identity | None:
+def _identity(cancelled: dynamo.TransactionCanceled) -> IdentityRecord | None:
     current = cancelled.current_of("identity")
-    return Identity.from_item(current) if current else None
+    return IdentityRecord.from_item(current) if current else None
 
 
 def _claims_held(cancelled: dynamo.TransactionCanceled) -> ClaimsHeld:
@@ -129,13 +131,18 @@ def _claims_held(cancelled: dynamo.TransactionCanceled) -> ClaimsHeld:
 
 
 def admit(
-    token: JoinToken, *, now_epoch: int, pool: Pool, identity: Identity, machine: Machine
+    token: JoinTokenRecord,
+    *,
+    now: datetime,
+    pool: PoolRecord,
+    identity: IdentityRecord,
+    machine: MachineRecord,
 ) -> FreshOutcome:
     """A key seen for the first time becomes a machine: one use of the token, the identity record,
     the machine and its hardware claims, while the pool is the version read."""
     return _fresh(
         token,
-        now_epoch,
+        now,
         pool,
         identity,
         [
@@ -146,17 +153,26 @@ def admit(
 
 
 def defer(
-    token: JoinToken, *, now_epoch: int, pool: Pool | None, identity: Identity, request: JoinRequest
+    token: JoinTokenRecord,
+    *,
+    now: datetime,
+    pool: PoolRecord | None,
+    identity: IdentityRecord,
+    request: JoinRequestRecord,
 ) -> FreshOutcome:
     """A key seen for the first time waits for an operator: one use of the token, the identity
     record and the join request (a site token has no pool to check)."""
-    return _fresh(token, now_epoch, pool, identity, [requests_db.put_new(request)])
+    return _fresh(token, now, pool, identity, [requests_db.put_new(request)])
 
 
 def _fresh(
-    token: JoinToken, now_epoch: int, pool: Pool | None, identity: Identity, rest: list[dynamo.Write]
+    token: JoinTokenRecord,
+    now: datetime,
+    pool: PoolRecord | None,
+    identity: IdentityRecord,
+    rest: list[dynamo.Write],
 ) -> FreshOutcome:
-    writes = [tokens_db.spend_use(token, now_epoch=now_epoch)]
+    writes = [tokens_db.spend_use(token, now=now)]
     if pool is not None:
         writes.append(pools_db.is_current(pool))
     writes += [_put_identity(identity), *rest]
@@ -193,20 +209,19 @@ def accept_proof(tenant_id: str, identity: str, proof_ms: int) -> bool:
 
 
 def consume(
-    request: JoinRequest,
+    request: JoinRequestRecord,
     *,
-    record: Identity,
+    record: IdentityRecord,
     proof_ms: int | None,
-    machine: Machine,
-    pool: Pool,
-    now: str,
-    now_epoch: int,
+    machine: MachineRecord,
+    pool: PoolRecord,
+    now: datetime,
 ) -> ConsumeOutcome:
     """An approved request admits exactly one join: the request `approved → consumed`, the identity
     record moved on from the version read (to the machine), the machine and its claims, while the
     pool is the version read."""
     writes = [
-        requests_db.consume(request, machine_id=machine.machine_id, now=now, now_epoch=now_epoch),
+        requests_db.consume(request, machine_id=machine.machine_id, now=now),
         _marked(
             dynamo.Write(
                 "Update",
@@ -217,7 +232,7 @@ def consume(
                     ":machine": machine.machine_id,
                     ":pool": pool.pool_id,
                     ":one": 1,
-                    ":now": now,
+                    ":now": clock.rfc3339(now),
                     ":version": record.version,
                 },
                 name="identity",
@@ -242,13 +257,13 @@ def consume(
 
 
 def rejoin(
-    before: Machine,
-    after: Machine,
+    before: MachineRecord,
+    after: MachineRecord,
     *,
-    record: Identity,
+    record: IdentityRecord,
     proof_ms: int | None,
-    pool: Pool,
-    now: str,
+    pool: PoolRecord,
+    now: datetime,
 ) -> RejoinOutcome:
     """The machine as read (`before`) gets new credentials (`after`: token digest, certificate,
     facts, claims): the machine while active at the generation read, the identity record moved on
@@ -279,7 +294,7 @@ def rejoin(
                 ":expires": after.certificate_expires_at,
                 ":ca": after.certificate_ca_id,
                 ":earlier": [c.to_item() for c in after.earlier_certificates],
-                ":now": now,
+                ":now": clock.rfc3339(now),
                 ":facts": after.facts.to_item(),
                 ":schedulable": after.schedulable,
                 ":baseline": after.worker_image_baseline,
@@ -297,7 +312,7 @@ def rejoin(
                 *identity_key(record.tenant_id, record.identity),
                 update="SET version = version + :one, updatedAt = :now",
                 condition="version = :version",
-                values={":one": 1, ":now": now, ":version": record.version},
+                values={":one": 1, ":now": clock.rfc3339(now), ":version": record.version},
                 name="identity",
             ),
             proof_ms,
@@ -327,18 +342,18 @@ def rejoin(
 
 
 def renew(
-    machine: Machine,
+    machine: MachineRecord,
     *,
     identity: str,
     certificate_serial: str,
     certificate_expires_at: str,
     certificate_ca_id: str,
-    new_identity: Identity | None,
-    earlier: Sequence[IssuedCertificate] = (),
-    superseded: Sequence[revocations.Revoked] = (),
+    new_identity: IdentityRecord | None,
+    earlier: Sequence[IssuedCertificateRecord] = (),
+    superseded: Sequence[revocations.RevocationRecord] = (),
     proof_ms: int,
-    pool: Pool,
-    now: str,
+    pool: PoolRecord,
+    now: datetime,
 ) -> RenewOutcome:
     """A machine's new certificate, for its key `identity`: the machine while active with the token
     read, the pool as read (the certificate's lifetime is the pool's), the current key's record's
@@ -355,7 +370,7 @@ def renew(
         ":ca": certificate_ca_id,
         ":identity": identity,
         ":earlier": [c.to_item() for c in earlier],
-        ":now": now,
+        ":now": clock.rfc3339(now),
         ":active": "active",
         ":digest": machine.machine_token_sha256,
     }
@@ -383,7 +398,11 @@ def renew(
                 *identity_key(machine.tenant_id, machine.identity),
                 update="SET updatedAt = :now" + (", retired = :yes, retiredAt = :now" if rotating else ""),
                 condition="machineId = :me",
-                values={":now": now, ":me": machine.machine_id, **({":yes": True} if rotating else {})},
+                values={
+                    ":now": clock.rfc3339(now),
+                    ":me": machine.machine_id,
+                    **({":yes": True} if rotating else {}),
+                },
                 name="identity",
             ),
             proof_ms,

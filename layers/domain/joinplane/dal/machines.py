@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, items, revocations
 from joinplane.dal.dynamo import Item
 
@@ -44,7 +46,7 @@ def pool_partition(tenant_id: str, pool_id: str) -> str:
     return f"MACHINES#{tenant_id}#{pool_id}"
 
 
-class HardwareFacts(NamedTuple):
+class HardwareFactsRecord(NamedTuple):
     """The machine's hardware ids as it sent them (None: not sent)."""
 
     serial_number: str | None = None
@@ -52,7 +54,7 @@ class HardwareFacts(NamedTuple):
     mac_addresses: tuple[str, ...] | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> HardwareFacts:
+    def from_item(cls, item: Item) -> HardwareFactsRecord:
         macs = item.get("macAddresses")
         return cls(
             item.get("serialNumber"), item.get("systemUuid"), tuple(macs) if macs is not None else None
@@ -77,7 +79,7 @@ _TPM_NAMES = (
 )
 
 
-class TpmFacts(NamedTuple):
+class TpmFactsRecord(NamedTuple):
     """The TPM a machine presented, and what the join proved of it (docs/tpm.md). Fields an older
     item lacks read as "not activated"."""
 
@@ -91,7 +93,7 @@ class TpmFacts(NamedTuple):
     ak_name: str = ""
 
     @classmethod
-    def from_item(cls, item: Item) -> TpmFacts:
+    def from_item(cls, item: Item) -> TpmFactsRecord:
         return cls(**{field: item[name] for field, name in _TPM_NAMES if name in item})
 
     def to_item(self) -> Item:
@@ -101,7 +103,7 @@ class TpmFacts(NamedTuple):
 _AWS_NAMES = (("account", "account"), ("arn", "arn"), ("user_id", "userId"), ("instance_id", "instanceId"))
 
 
-class AwsFacts(NamedTuple):
+class AwsFactsRecord(NamedTuple):
     """The AWS caller an IAM join proved (docs/aws.md), as STS answered; all "" for other joins."""
 
     account: str = ""
@@ -110,21 +112,21 @@ class AwsFacts(NamedTuple):
     instance_id: str = ""  # the EC2 instance whose profile signed (its role session's name)
 
     @classmethod
-    def from_item(cls, item: Item) -> AwsFacts:
+    def from_item(cls, item: Item) -> AwsFactsRecord:
         return cls(**{field: item[name] for field, name in _AWS_NAMES if name in item})
 
     def to_item(self) -> Item:
         return {name: getattr(self, field) for field, name in _AWS_NAMES if getattr(self, field)}
 
 
-class PreflightCheck(NamedTuple):
+class PreflightCheckRecord(NamedTuple):
     name: str = ""
     ok: bool = False
     message: str = ""
     severity: str = ""
 
     @classmethod
-    def from_item(cls, item: Item) -> PreflightCheck:
+    def from_item(cls, item: Item) -> PreflightCheckRecord:
         return cls(
             item.get("name", ""), item.get("ok", False), item.get("message", ""), item.get("severity", "")
         )
@@ -133,7 +135,7 @@ class PreflightCheck(NamedTuple):
         return {"name": self.name, "ok": self.ok, "message": self.message, "severity": self.severity}
 
 
-class MachineFacts(NamedTuple):
+class MachineFactsRecord(NamedTuple):
     """What a machine said about itself when it joined, as stored on its join request (`machine`)
     and its machine record (`facts`). Fields an older item lacks read as the join's defaults."""
 
@@ -153,13 +155,13 @@ class MachineFacts(NamedTuple):
     capabilities: tuple[str, ...] = ()
     schedulable: bool = True
     worker_image: str = ""
-    hardware: HardwareFacts = HardwareFacts()
-    tpm: TpmFacts = TpmFacts()
-    preflight: tuple[PreflightCheck, ...] = ()
-    aws: AwsFacts = AwsFacts()
+    hardware: HardwareFactsRecord = HardwareFactsRecord()
+    tpm: TpmFactsRecord = TpmFactsRecord()
+    preflight: tuple[PreflightCheckRecord, ...] = ()
+    aws: AwsFactsRecord = AwsFactsRecord()
 
     @classmethod
-    def from_item(cls, item: Item) -> MachineFacts:
+    def from_item(cls, item: Item) -> MachineFactsRecord:
         return cls(
             fingerprint=item.get("fingerprint", ""),
             hostname=item.get("hostname", ""),
@@ -177,10 +179,10 @@ class MachineFacts(NamedTuple):
             capabilities=tuple(item.get("capabilities", ())),
             schedulable=item.get("schedulable", True),
             worker_image=item.get("workerImage", ""),
-            hardware=HardwareFacts.from_item(item.get("hardware") or {}),
-            tpm=TpmFacts.from_item(item.get("tpm") or {}),
-            preflight=tuple(PreflightCheck.from_item(check) for check in item.get("preflight", ())),
-            aws=AwsFacts.from_item(item.get("aws") or {}),
+            hardware=HardwareFactsRecord.from_item(item.get("hardware") or {}),
+            tpm=TpmFactsRecord.from_item(item.get("tpm") or {}),
+            preflight=tuple(PreflightCheckRecord.from_item(check) for check in item.get("preflight", ())),
+            aws=AwsFactsRecord.from_item(item.get("aws") or {}),
         )
 
     def to_item(self) -> Item:
@@ -255,7 +257,7 @@ REQUIRED = (
 MAX_VALID_CERTIFICATES = 16
 
 
-class IssuedCertificate(NamedTuple):
+class IssuedCertificateRecord(NamedTuple):
     """A machine certificate as its CRL needs it: serial (lower-case hex), issuing CA, expiry."""
 
     serial: str
@@ -263,7 +265,7 @@ class IssuedCertificate(NamedTuple):
     expires_at: str  # RFC 3339
 
     @classmethod
-    def from_item(cls, item: Item) -> IssuedCertificate:
+    def from_item(cls, item: Item) -> IssuedCertificateRecord:
         return cls(str(item["serial"]), str(item["caId"]), str(item["expiresAt"]))
 
     def to_item(self) -> Item:
@@ -283,7 +285,7 @@ def public_key_sha256(identity: str | None) -> str | None:
     return identity
 
 
-def certificate_as_read(machine: Machine) -> tuple[str, dict[str, Any]]:
+def certificate_as_read(machine: MachineRecord) -> tuple[str, dict[str, Any]]:
     """A condition (and its values) that the machine's current certificate is still the one read:
     a renewal, re-join or revocation that lists or replaces certificates must not miss one a
     concurrent call issued. No certificate reads as absent or NULL (a fingerprint-only re-join
@@ -296,7 +298,7 @@ def certificate_as_read(machine: Machine) -> tuple[str, dict[str, Any]]:
     return "certificateSerial = :readSerial", {":readSerial": machine.certificate_serial}
 
 
-class Machine(NamedTuple):
+class MachineRecord(NamedTuple):
     machine_id: str
     tenant_id: str
     site_id: str
@@ -307,7 +309,7 @@ class Machine(NamedTuple):
     machine_token_sha256: str
     token_generation: int
     schedulable: bool
-    facts: MachineFacts
+    facts: MachineFactsRecord
     joined_at: str
     request_id: str | None = None
     worker_image_baseline: str | None = None
@@ -317,7 +319,7 @@ class Machine(NamedTuple):
     certificate_ca_id: str | None = None  # the CA that signed the current certificate (its CRL)
     # Certificates of this key that a renewal or re-join replaced and that have not expired: they
     # still verify, so a revocation lists them too (see `still_valid_certificates`).
-    earlier_certificates: tuple[IssuedCertificate, ...] = ()
+    earlier_certificates: tuple[IssuedCertificateRecord, ...] = ()
     rejoined_at: str | None = None
     # The last renewal's time: a routine renewal (same key) is no event, so the machine says it.
     last_renewed_at: str | None = None
@@ -329,18 +331,22 @@ class Machine(NamedTuple):
     def active(self) -> bool:
         return self.state == "active"
 
-    def still_valid_certificates(self, now_epoch: float) -> list[IssuedCertificate]:
+    def still_valid_certificates(self, now: datetime) -> list[IssuedCertificateRecord]:
         """Every certificate issued to the machine that has not expired: the earlier ones, then the
         current one."""
         current = (
-            [IssuedCertificate(self.certificate_serial, self.certificate_ca_id, self.certificate_expires_at)]
+            [
+                IssuedCertificateRecord(
+                    self.certificate_serial, self.certificate_ca_id, self.certificate_expires_at
+                )
+            ]
             if self.certificate_serial and self.certificate_ca_id and self.certificate_expires_at
             else []
         )
-        return [c for c in (*self.earlier_certificates, *current) if c.expires_epoch() > now_epoch]
+        return [c for c in (*self.earlier_certificates, *current) if c.expires_epoch() > clock.seconds(now)]
 
     @classmethod
-    def from_item(cls, item: Item) -> Machine:
+    def from_item(cls, item: Item) -> MachineRecord:
         stored = items.read(item, ATTRIBUTES, REQUIRED)
         generation, schedulable = stored["token_generation"], stored["schedulable"]
         return cls(
@@ -348,10 +354,10 @@ class Machine(NamedTuple):
             | {
                 "token_generation": int(generation) if generation is not None else 1,
                 "schedulable": bool(schedulable) if schedulable is not None else True,
-                "facts": MachineFacts.from_item(stored["facts"] or {}),
+                "facts": MachineFactsRecord.from_item(stored["facts"] or {}),
                 "claims": tuple((str(k), str(v)) for k, v in stored["claims"] or []),
                 "earlier_certificates": tuple(
-                    IssuedCertificate.from_item(entry) for entry in stored["earlier_certificates"] or []
+                    IssuedCertificateRecord.from_item(entry) for entry in stored["earlier_certificates"] or []
                 ),
             }
         )
@@ -375,7 +381,7 @@ class Machine(NamedTuple):
         }
 
 
-class Identity(NamedTuple):
+class IdentityRecord(NamedTuple):
     """A join identity's history: the token and place it first joined through, its pending request
     (`request_id`) or its machine (`machine_id`), and whether a renewal retired its key."""
 
@@ -401,12 +407,12 @@ class Identity(NamedTuple):
         identity: str,
         token_id: str | None,
         site_id: str,
-        now: str,
+        now: datetime,
         pool_id: str | None = None,
         machine_id: str | None = None,
         request_id: str | None = None,
         proof_at: int | None = None,
-    ) -> Identity:
+    ) -> IdentityRecord:
         """A first record for a key: a fresh join (with its machine or its request) or the new key
         of a renewal that rotates (with the machine it moves to)."""
         return cls(
@@ -415,8 +421,8 @@ class Identity(NamedTuple):
             token_id=token_id,
             site_id=site_id,
             version=1,
-            created_at=now,
-            updated_at=now,
+            created_at=clock.rfc3339(now),
+            updated_at=clock.rfc3339(now),
             pool_id=pool_id,
             machine_id=machine_id,
             request_id=request_id,
@@ -428,7 +434,7 @@ class Identity(NamedTuple):
         return self.proof_at is not None and self.proof_at >= timestamp_ms
 
     @classmethod
-    def from_item(cls, item: Item) -> Identity:
+    def from_item(cls, item: Item) -> IdentityRecord:
         proof_at = item.get(PROOF_MARK)
         return cls(
             tenant_id=item["tenantId"],
@@ -467,14 +473,14 @@ class Identity(NamedTuple):
         }
 
 
-class HardwareClaim(NamedTuple):
+class HardwareClaimRecord(NamedTuple):
     tenant_id: str
     kind: str  # "serial" | "uuid"
     value: str
     machine_id: str
 
     @classmethod
-    def from_item(cls, item: Item) -> HardwareClaim:
+    def from_item(cls, item: Item) -> HardwareClaimRecord:
         return cls(
             tenant_id=item["pk"].split("#", 2)[1],
             kind=item["kind"],
@@ -490,32 +496,37 @@ class HardwareClaim(NamedTuple):
 # --- reads -------------------------------------------------------------------------------------
 
 
-def get(machine_id: str) -> Machine | None:
+def get(machine_id: str) -> MachineRecord | None:
     item = dynamo.get(*machine_key(machine_id))
-    return Machine.from_item(item) if item else None
+    return MachineRecord.from_item(item) if item else None
 
 
-def get_identity(tenant_id: str, identity: str) -> Identity | None:
+def get_identity(tenant_id: str, identity: str) -> IdentityRecord | None:
     item = dynamo.get(*identity_key(tenant_id, identity))
-    return Identity.from_item(item) if item else None
+    return IdentityRecord.from_item(item) if item else None
 
 
 class MachinePage(NamedTuple):
-    machines: list[Machine]  # the page as read, before any filter
+    machines: list[MachineRecord]  # the page as read, before any filter
     more: bool  # a page may follow the last machine read
 
 
 def list_in_pool(tenant_id: str, pool_id: str, *, after: str | None, limit: int) -> MachinePage:
     """One page of the pool's machines in machineId order, after the machine `after`."""
     page = dynamo.query(pk=pool_partition(tenant_id, pool_id), index="gsi1", limit=limit, sk_after=after)
-    return MachinePage([Machine.from_item(item) for item in page.items], page.last_key is not None)
+    return MachinePage([MachineRecord.from_item(item) for item in page.items], page.last_key is not None)
 
 
 # --- writes ------------------------------------------------------------------------------------
 
 
 def revoke(
-    machine: Machine, *, by: str, reason: str, now: str, certificates: Sequence[revocations.Revoked] = ()
+    machine: MachineRecord,
+    *,
+    by: str,
+    reason: str,
+    now: datetime,
+    certificates: Sequence[revocations.RevocationRecord] = (),
 ) -> bool:
     """Revoke an active machine and release its hardware claims, in one transaction, which also
     lists its `certificates` (every one that still verifies) as revoked for their CAs' CRLs. The
@@ -532,7 +543,7 @@ def revoke(
             values={
                 ":revoked": "revoked",
                 ":active": "active",
-                ":now": now,
+                ":now": clock.rfc3339(now),
                 ":by": by,
                 ":reason": reason,
                 **read_values,
@@ -564,7 +575,7 @@ def claim(tenant_id: str, machine_id: str, claims: list[Claim]) -> list[dynamo.W
     return [
         dynamo.Write(
             "Put",
-            item=HardwareClaim(tenant_id, kind, value, machine_id).to_item(),
+            item=HardwareClaimRecord(tenant_id, kind, value, machine_id).to_item(),
             condition="attribute_not_exists(pk) OR machineId = :me",
             values={":me": machine_id},
             name="claim",

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from joinplane import container
+from joinplane import clock, container
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -28,13 +29,13 @@ def _present(**attributes: Any) -> Item:
     return {name: value for name, value in attributes.items() if value is not None}
 
 
-class TelemetrySink(NamedTuple):
+class TelemetrySinkRecord(NamedTuple):
     destination: str | None = None
     credential: str | None = None
     stream_prefix: str | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> TelemetrySink:
+    def from_item(cls, item: Item) -> TelemetrySinkRecord:
         return cls(item.get("destination"), item.get("credential"), item.get("streamPrefix"))
 
     def to_item(self) -> Item:
@@ -43,20 +44,20 @@ class TelemetrySink(NamedTuple):
         )
 
 
-class Telemetry(NamedTuple):
+class TelemetryRecord(NamedTuple):
     enabled: bool | None = None
     stream_prefix: str | None = None
-    logs: TelemetrySink | None = None
-    events: TelemetrySink | None = None
+    logs: TelemetrySinkRecord | None = None
+    events: TelemetrySinkRecord | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> Telemetry:
+    def from_item(cls, item: Item) -> TelemetryRecord:
         logs, events = item.get("logs"), item.get("events")
         return cls(
             enabled=item.get("enabled"),
             stream_prefix=item.get("streamPrefix"),
-            logs=TelemetrySink.from_item(logs) if logs is not None else None,
-            events=TelemetrySink.from_item(events) if events is not None else None,
+            logs=TelemetrySinkRecord.from_item(logs) if logs is not None else None,
+            events=TelemetrySinkRecord.from_item(events) if events is not None else None,
         )
 
     def to_item(self) -> Item:
@@ -68,7 +69,7 @@ class Telemetry(NamedTuple):
         )
 
 
-class Billing(NamedTuple):
+class BillingRecord(NamedTuple):
     usage_endpoint: str | None = None
     usage_token: str | None = None
     cost_hook_endpoint: str | None = None
@@ -77,7 +78,7 @@ class Billing(NamedTuple):
     billable_margin_pct: float | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> Billing:
+    def from_item(cls, item: Item) -> BillingRecord:
         return cls(
             usage_endpoint=item.get("usageEndpoint"),
             usage_token=item.get("usageToken"),
@@ -96,7 +97,7 @@ class Billing(NamedTuple):
         )
 
 
-class Bootstrap(NamedTuple):
+class BootstrapRecord(NamedTuple):
     """The pool's bootstrap defaults: only the fields an operator set (None: not set), handed to
     the machines it admits with levers9 JoinMachine's zero values for the rest (joinplane.join_wire)."""
 
@@ -111,12 +112,12 @@ class Bootstrap(NamedTuple):
     image_registry_store: str | None = None
     image_clip_version: int | None = None
     image_local_cache_enabled: bool | None = None
-    telemetry: Telemetry | None = None
-    billing: Billing | None = None
+    telemetry: TelemetryRecord | None = None
+    billing: BillingRecord | None = None
     worker_image: str | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> Bootstrap:
+    def from_item(cls, item: Item) -> BootstrapRecord:
         disabled, telemetry, billing = (
             item.get("disabledServices"),
             item.get("telemetry"),
@@ -134,8 +135,8 @@ class Bootstrap(NamedTuple):
             image_registry_store=item.get("imageRegistryStore"),
             image_clip_version=item.get("imageClipVersion"),
             image_local_cache_enabled=item.get("imageLocalCacheEnabled"),
-            telemetry=Telemetry.from_item(telemetry) if telemetry is not None else None,
-            billing=Billing.from_item(billing) if billing is not None else None,
+            telemetry=TelemetryRecord.from_item(telemetry) if telemetry is not None else None,
+            billing=BillingRecord.from_item(billing) if billing is not None else None,
             worker_image=item.get("workerImage"),
         )
 
@@ -158,30 +159,30 @@ class Bootstrap(NamedTuple):
         )
 
 
-class ClusterSettings(NamedTuple):
+class ClusterSettingsRecord(NamedTuple):
     """What the pool asks of the Sylve nodes that join it (joinplane.clusters)."""
 
     required_node_version: str | None = None
 
     @classmethod
-    def from_item(cls, item: Item) -> ClusterSettings:
+    def from_item(cls, item: Item) -> ClusterSettingsRecord:
         return cls(item.get("requiredNodeVersion"))
 
     def to_item(self) -> Item:
         return _present(requiredNodeVersion=self.required_node_version)
 
 
-class Pool(NamedTuple):
+class PoolRecord(NamedTuple):
     tenant_id: str
     pool_id: str
     site_id: str
     name: str
     workspace_id: str
     state: PoolState
-    bootstrap: Bootstrap
+    bootstrap: BootstrapRecord
     join_request_ttl_seconds: int
     certificate_ttl_seconds: int
-    cluster: ClusterSettings | None
+    cluster: ClusterSettingsRecord | None
     created_at: str
     updated_at: str
     version: int = 1
@@ -205,7 +206,7 @@ class Pool(NamedTuple):
         return self.bootstrap.worker_image or ""
 
     @classmethod
-    def from_item(cls, item: Item) -> Pool:
+    def from_item(cls, item: Item) -> PoolRecord:
         cluster = item.get("cluster")
         return cls(
             tenant_id=item["tenantId"],
@@ -214,10 +215,10 @@ class Pool(NamedTuple):
             name=item["name"],
             workspace_id=item["workspaceId"],
             state=item["state"],
-            bootstrap=Bootstrap.from_item(item.get("bootstrap") or {}),
+            bootstrap=BootstrapRecord.from_item(item.get("bootstrap") or {}),
             join_request_ttl_seconds=int(item["joinRequestTtlSeconds"]),
             certificate_ttl_seconds=int(item["certificateTtlSeconds"]),
-            cluster=ClusterSettings.from_item(cluster) if cluster is not None else None,
+            cluster=ClusterSettingsRecord.from_item(cluster) if cluster is not None else None,
             created_at=item["createdAt"],
             updated_at=item["updatedAt"],
             version=int(item.get("version", 1)),
@@ -273,21 +274,21 @@ class PoolExists(Exception):
 class PoolLost(Exception):
     """A conditional change found the pool absent (`current` None) or no longer active."""
 
-    def __init__(self, current: Pool | None) -> None:
+    def __init__(self, current: PoolRecord | None) -> None:
         super().__init__("pool changed")
         self.current = current
 
 
-def get(tenant_id: str, pool_id: str) -> Pool | None:
+def get(tenant_id: str, pool_id: str) -> PoolRecord | None:
     item = dynamo.get(*pool_key(tenant_id, pool_id))
-    return Pool.from_item(item) if item else None
+    return PoolRecord.from_item(item) if item else None
 
 
 def site_exists(tenant_id: str, site_id: str) -> bool:
     return dynamo.get(*site_key(tenant_id, site_id)) is not None
 
 
-def create(pool: Pool) -> None:
+def create(pool: PoolRecord) -> None:
     """The pool and its site's marker, in one transaction; PoolExists when the id is taken."""
     site_pk, site_sk = site_key(pool.tenant_id, pool.site_id)
     try:
@@ -318,11 +319,11 @@ class PoolChanges(NamedTuple):
 
     name: str | None = None
     workspace_id: str | None = None
-    bootstrap: Bootstrap | None = None
+    bootstrap: BootstrapRecord | None = None
     join_request_ttl_seconds: int | None = None
     certificate_ttl_seconds: int | None = None
     ca_propagation_seconds: int | None = None
-    cluster: ClusterSettings | None = None
+    cluster: ClusterSettingsRecord | None = None
     remove_cluster: bool = False
 
     def attributes(self) -> Item:
@@ -341,10 +342,12 @@ class PoolChanges(NamedTuple):
         return replaced
 
 
-def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str, *, by: str) -> Pool:
+def update_active(
+    tenant_id: str, pool_id: str, changes: PoolChanges, now: datetime, *, by: str
+) -> PoolRecord:
     """Apply the changes to an active pool and bump its version, naming `by` as who changed it.
     PoolLost when the pool is absent or archived."""
-    attributes = {**changes.attributes(), "updatedAt": now, "updatedBy": by}
+    attributes = {**changes.attributes(), "updatedAt": clock.rfc3339(now), "updatedBy": by}
     names = {f"#f{i}": name for i, name in enumerate(attributes)}
     values: dict[str, Any] = {
         f":v{i}": value for i, value in enumerate(attributes.values()) if value is not None
@@ -362,11 +365,11 @@ def update_active(tenant_id: str, pool_id: str, changes: PoolChanges, now: str, 
             values={**values, ":one": 1, ":active": "active"},
         )
     except dynamo.ConditionFailed as lost:
-        raise PoolLost(Pool.from_item(lost.current) if lost.current else None) from None
-    return Pool.from_item(item)
+        raise PoolLost(PoolRecord.from_item(lost.current) if lost.current else None) from None
+    return PoolRecord.from_item(item)
 
 
-def archive(tenant_id: str, pool_id: str, now: str, *, by: str) -> Pool:
+def archive(tenant_id: str, pool_id: str, now: datetime, *, by: str) -> PoolRecord:
     """Archive an active pool, naming `by` as who archived it; PoolLost when it is absent or
     already archived."""
     try:
@@ -378,15 +381,21 @@ def archive(tenant_id: str, pool_id: str, now: str, *, by: str) -> Pool:
             ),
             condition="#state = :active",
             names={"#state": "state"},
-            values={":archived": "archived", ":now": now, ":by": by, ":active": "active", ":one": 1},
+            values={
+                ":archived": "archived",
+                ":now": clock.rfc3339(now),
+                ":by": by,
+                ":active": "active",
+                ":one": 1,
+            },
         )
     except dynamo.ConditionFailed as lost:
-        raise PoolLost(Pool.from_item(lost.current) if lost.current else None) from None
-    return Pool.from_item(item)
+        raise PoolLost(PoolRecord.from_item(lost.current) if lost.current else None) from None
+    return PoolRecord.from_item(item)
 
 
 class PoolPage(NamedTuple):
-    pools: list[Pool]
+    pools: list[PoolRecord]
     complete: bool  # the tenant's pools are exhausted: no page follows
 
 
@@ -403,17 +412,17 @@ def list_pools(tenant_id: str, *, after: str | None, limit: int) -> PoolPage:
         if not item["sk"].startswith("POOL#"):
             complete = True  # past the pools (sites sort after): the listing is complete
             break
-        pools.append(Pool.from_item(item))
+        pools.append(PoolRecord.from_item(item))
     return PoolPage(pools, complete)
 
 
 # --- the per-container pool cache that joins read ----------------------------------------------
 
-_cache: dict[tuple[str, str], Pool] = {}
+_cache: dict[tuple[str, str], PoolRecord] = {}
 container.on_reset(_cache.clear)
 
 
-def cached(tenant_id: str, pool_id: str, *, fresh: bool = False) -> Pool | None:
+def cached(tenant_id: str, pool_id: str, *, fresh: bool = False) -> PoolRecord | None:
     """The pool, cached per container. Safe because every join transaction carries `is_current`:
     a stale copy can only cost a retry (with `fresh=True`), never a join under old settings."""
     key = (tenant_id, pool_id)
@@ -426,7 +435,7 @@ def cached(tenant_id: str, pool_id: str, *, fresh: bool = False) -> Pool | None:
     return _cache[key]
 
 
-def is_current(pool: Pool, *, name: str = "pool") -> dynamo.Write:
+def is_current(pool: PoolRecord, *, name: str = "pool") -> dynamo.Write:
     """A transaction action that holds only while the pool is active and unchanged since read."""
     pk, sk = pool_key(pool.tenant_id, pool.pool_id)
     return dynamo.Write(

@@ -26,7 +26,7 @@ Kind = Literal["discovery-entry", "tpm-key"]
 _SORT_PREFIX: dict[str, str] = {"discovery-entry": "ENTRY#", "tpm-key": "EK#"}
 
 
-class Removal(NamedTuple):
+class RemovalRecord(NamedTuple):
     kind: Kind
     tenant_id: str
     site_id: str
@@ -38,7 +38,7 @@ class Removal(NamedTuple):
     ttl: int
 
     @classmethod
-    def from_item(cls, item: Item) -> Removal:
+    def from_item(cls, item: Item) -> RemovalRecord:
         return cls(
             kind=item["kind"],
             tenant_id=item["tenantId"],

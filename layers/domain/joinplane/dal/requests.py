@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, items
 from joinplane.dal.dynamo import Item
-from joinplane.dal.machines import MachineFacts
+from joinplane.dal.machines import MachineFactsRecord
 
 RETENTION_SECONDS = 30 * 86_400
 OPEN_SHARDS = 4  # the open-requests index is spread over a few partitions to keep writes cool
@@ -27,7 +29,7 @@ OPEN_STATES = ("pending", "approved")
 RequestState = Literal["pending", "approved", "rejected", "expired", "consumed"]
 
 
-class VoteReason(NamedTuple):
+class VoteReasonRecord(NamedTuple):
     """An attestor's vote that deferred a join, as stored on its request (`reasons`)."""
 
     attestor: str
@@ -35,21 +37,21 @@ class VoteReason(NamedTuple):
     message: str
 
     @classmethod
-    def from_item(cls, item: Item) -> VoteReason:
+    def from_item(cls, item: Item) -> VoteReasonRecord:
         return cls(item.get("attestor", ""), item.get("code", ""), item.get("message", ""))
 
     def to_item(self) -> Item:
         return {"attestor": self.attestor, "code": self.code, "message": self.message}
 
 
-class Verdict(NamedTuple):
+class VerdictRecord(NamedTuple):
     """One attestor's verdict on the join that made a request (`admit`, `defer` or `deny`)."""
 
     attestor: str
     verdict: str
 
     @classmethod
-    def from_item(cls, item: Item) -> Verdict:
+    def from_item(cls, item: Item) -> VerdictRecord:
         return cls(item.get("attestor", ""), item.get("verdict", ""))
 
     def to_item(self) -> Item:
@@ -94,7 +96,7 @@ REQUIRED = (
 )
 
 
-class JoinRequest(NamedTuple):
+class JoinRequestRecord(NamedTuple):
     request_id: str
     tenant_id: str
     site_id: str
@@ -102,8 +104,8 @@ class JoinRequest(NamedTuple):
     token_id: str
     identity: str
     state: RequestState  # as stored; see `state_at` for the state as read
-    reasons: tuple[VoteReason, ...]  # the attestors' votes that deferred it
-    machine: MachineFacts  # as it sent them
+    reasons: tuple[VoteReasonRecord, ...]  # the attestors' votes that deferred it
+    machine: MachineFactsRecord  # as it sent them
     csr_public_key_sha256: str | None
     created_at: str
     expires_at: str
@@ -118,29 +120,29 @@ class JoinRequest(NamedTuple):
     # what it already holds (the token it read, the API Gateway request): absent on older requests.
     token_description: str | None = None
     source_ip: str | None = None
-    verdicts: tuple[Verdict, ...] = ()  # every attestor's verdict, admits included
+    verdicts: tuple[VerdictRecord, ...] = ()  # every attestor's verdict, admits included
 
     @property
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> RequestState:
-        """The state as read at `now_epoch`: an open request past its expiry reads `expired`
-        whatever is stored, so no job has to run for expiry to hold."""
-        if self.state in OPEN_STATES and self.expires_at_epoch <= now_epoch:
+    def state_at(self, now: datetime) -> RequestState:
+        """The state as read at `now`: an open request past its expiry reads `expired` whatever is
+        stored, so no job has to run for expiry to hold."""
+        if self.state in OPEN_STATES and self.expires_at_epoch <= clock.seconds(now):
             return "expired"
         return self.state
 
     @classmethod
-    def from_item(cls, item: Item) -> JoinRequest:
+    def from_item(cls, item: Item) -> JoinRequestRecord:
         stored = items.read(item, ATTRIBUTES, REQUIRED)
         return cls(
             **stored
             | {
-                "reasons": tuple(VoteReason.from_item(reason) for reason in stored["reasons"] or []),
-                "machine": MachineFacts.from_item(stored["machine"] or {}),
+                "reasons": tuple(VoteReasonRecord.from_item(reason) for reason in stored["reasons"] or []),
+                "machine": MachineFactsRecord.from_item(stored["machine"] or {}),
                 "expires_at_epoch": int(stored["expires_at_epoch"]),
-                "verdicts": tuple(Verdict.from_item(v) for v in stored["verdicts"] or []),
+                "verdicts": tuple(VerdictRecord.from_item(v) for v in stored["verdicts"] or []),
             }
         )
 
@@ -185,24 +187,24 @@ def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
 class RequestLost(Exception):
     """A conditional change did not hold: `current` is the request as it is now (None: absent)."""
 
-    def __init__(self, current: JoinRequest | None) -> None:
+    def __init__(self, current: JoinRequestRecord | None) -> None:
         super().__init__("join request changed")
         self.current = current
 
 
 def _lost(failure: dynamo.ConditionFailed) -> RequestLost:
-    return RequestLost(JoinRequest.from_item(failure.current) if failure.current else None)
+    return RequestLost(JoinRequestRecord.from_item(failure.current) if failure.current else None)
 
 
-def get(request_id: str) -> JoinRequest | None:
+def get(request_id: str) -> JoinRequestRecord | None:
     item = dynamo.get(*request_key(request_id))
-    return JoinRequest.from_item(item) if item else None
+    return JoinRequestRecord.from_item(item) if item else None
 
 
 # --- transitions ---------------------------------------------------------------------------------
 
 
-def put_new(request: JoinRequest, *, name: str = "request") -> dynamo.Write:
+def put_new(request: JoinRequestRecord, *, name: str = "request") -> dynamo.Write:
     """A transaction action storing a new request (it holds only if the id is free)."""
     return dynamo.Write("Put", item=request.to_item(), condition="attribute_not_exists(pk)", name=name)
 
@@ -213,24 +215,23 @@ def approve(
     tenant_id: str,
     site_id: str,
     pool_id: str,
-    expires_at: str,
-    expires_at_epoch: int,
-    decided_at: str,
+    expires_at: datetime,
     decided_by: str,
     reason: str | None,
-    now_epoch: int,
-) -> JoinRequest:
+    now: datetime,
+) -> JoinRequestRecord:
     """pending → approved for the pool `pool_id` (claiming a site's request), with a new expiry.
-    Holds only while the request is pending, unexpired at `now_epoch` and unclaimed or already this
+    Holds only while the request is pending, unexpired at `now` and unclaimed or already this
     pool's; RequestLost otherwise."""
+    expires_at_epoch = clock.seconds(expires_at)
     values: dict[str, Any] = {
         ":approved": "approved",
         ":pending": "pending",
         ":pool": pool_id,
-        ":now": now_epoch,
-        ":expiresAt": expires_at,
+        ":now": clock.seconds(now),
+        ":expiresAt": clock.rfc3339(expires_at),
         ":expiresAtEpoch": expires_at_epoch,
-        ":decidedAt": decided_at,
+        ":decidedAt": clock.rfc3339(now),
         ":by": decided_by,
         ":partition": list_partition(tenant_id, site_id, pool_id, "approved"),
         ":ttl": expires_at_epoch + RETENTION_SECONDS,
@@ -256,12 +257,12 @@ def approve(
         )
     except dynamo.ConditionFailed as failure:
         raise _lost(failure) from None
-    return JoinRequest.from_item(item)
+    return JoinRequestRecord.from_item(item)
 
 
 def reject(
-    request: JoinRequest, *, decided_at: str, decided_by: str, reason: str | None, now_epoch: int
-) -> JoinRequest:
+    request: JoinRequestRecord, *, decided_by: str, reason: str | None, now: datetime
+) -> JoinRequestRecord:
     """pending or approved → rejected, for the request as read. The write holds only while its owner
     is still the one read (the listing partition is chosen for that owner, so a pool claiming the
     request meanwhile makes it fail rather than land in the wrong partition); RequestLost otherwise."""
@@ -269,8 +270,8 @@ def reject(
         ":rejected": "rejected",
         ":pending": "pending",
         ":approved": "approved",
-        ":now": now_epoch,
-        ":decidedAt": decided_at,
+        ":now": clock.seconds(now),
+        ":decidedAt": clock.rfc3339(now),
         ":by": decided_by,
         ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "rejected"),
     }
@@ -297,14 +298,14 @@ def reject(
         )
     except dynamo.ConditionFailed as failure:
         raise _lost(failure) from None
-    return JoinRequest.from_item(item)
+    return JoinRequestRecord.from_item(item)
 
 
 def consume(
-    request: JoinRequest, *, machine_id: str, now: str, now_epoch: int, name: str = "request"
+    request: JoinRequestRecord, *, machine_id: str, now: datetime, name: str = "request"
 ) -> dynamo.Write:
     """A transaction action: approved → consumed by the machine `machine_id`; holds only while the
-    request is approved and unexpired at `now_epoch`."""
+    request is approved and unexpired at `now`."""
     pk, sk = request_key(request.request_id)
     return dynamo.Write(
         "Update",
@@ -319,17 +320,17 @@ def consume(
         values={
             ":consumed": "consumed",
             ":approved": "approved",
-            ":now": now,
+            ":now": clock.rfc3339(now),
             ":machine": machine_id,
-            ":epoch": now_epoch,
+            ":epoch": clock.seconds(now),
             ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "consumed"),
         },
         name=name,
     )
 
 
-def mark_expired(request: JoinRequest, *, now_epoch: int) -> bool:
-    """pending or approved, past its expiry at `now_epoch` → expired. False when the request was
+def mark_expired(request: JoinRequestRecord, *, now: datetime) -> bool:
+    """pending or approved, past its expiry at `now` → expired. False when the request was
     decided, consumed or marked since it was read (nothing is written then)."""
     try:
         dynamo.update(
@@ -341,7 +342,7 @@ def mark_expired(request: JoinRequest, *, now_epoch: int) -> bool:
                 ":expired": "expired",
                 ":pending": "pending",
                 ":approved": "approved",
-                ":now": now_epoch,
+                ":now": clock.seconds(now),
                 ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "expired"),
             },
         )
@@ -354,7 +355,7 @@ def mark_expired(request: JoinRequest, *, now_epoch: int) -> bool:
 
 
 class RequestPage(NamedTuple):
-    requests: list[JoinRequest]
+    requests: list[JoinRequestRecord]
     complete: bool  # the partition holds nothing after the last request
 
 
@@ -366,21 +367,21 @@ def list_partition_page(
     page = dynamo.query(
         pk=list_partition(tenant_id, site_id, pool_id, state), index="gsi1", sk_after=after, limit=limit
     )
-    return RequestPage([JoinRequest.from_item(item) for item in page.items], page.last_key is None)
+    return RequestPage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key is None)
 
 
 class DuePage(NamedTuple):
-    requests: list[JoinRequest]
+    requests: list[JoinRequestRecord]
     next: Item | None  # where the next page of this shard starts; None: the shard is done
 
 
-def open_due(shard: int, *, now_epoch: int, limit: int, start: Item | None = None) -> DuePage:
-    """One page of a shard's open requests whose expiry is at or before `now_epoch` (gsi2)."""
+def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None) -> DuePage:
+    """One page of a shard's open requests whose expiry is at or before `now` (gsi2)."""
     page = dynamo.query(
         pk=f"OPENJREQ#{shard}",
         index="gsi2",
-        sk_below=f"{now_epoch:012d}#~",
+        sk_below=f"{clock.seconds(now):012d}#~",
         limit=limit,
         start_after=start,
     )
-    return DuePage([JoinRequest.from_item(item) for item in page.items], page.last_key)
+    return DuePage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key)

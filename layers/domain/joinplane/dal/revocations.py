@@ -15,8 +15,10 @@ One partition per CA holds its revoked certificates: a CA's CRL is built from on
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -27,7 +29,7 @@ CRL_PREFIX = "CRL#"
 TTL_GRACE_SECONDS = 24 * 3600
 
 
-class Revoked(NamedTuple):
+class RevocationRecord(NamedTuple):
     ca_id: str
     serial: str  # lower-case hex, as the machine record holds it
     revoked_at: str
@@ -35,7 +37,7 @@ class Revoked(NamedTuple):
     expires_at: int
 
     @classmethod
-    def from_item(cls, item: Item) -> Revoked:
+    def from_item(cls, item: Item) -> RevocationRecord:
         return cls(
             ca_id=item["caId"],
             serial=item["serial"],
@@ -57,7 +59,7 @@ class Revoked(NamedTuple):
         }
 
 
-class Crl(NamedTuple):
+class CrlRecord(NamedTuple):
     ca_id: str
     der: bytes
     crl_number: int
@@ -67,7 +69,7 @@ class Crl(NamedTuple):
     revoked_count: int
 
     @classmethod
-    def from_item(cls, item: Item) -> Crl:
+    def from_item(cls, item: Item) -> CrlRecord:
         return cls(
             ca_id=item["caId"],
             der=bytes(item["der"]),
@@ -92,31 +94,31 @@ class Crl(NamedTuple):
         }
 
 
-def revoked_write(revoked: Revoked) -> dynamo.Write:
+def revoked_write(revoked: RevocationRecord) -> dynamo.Write:
     """The transaction action that lists a certificate as revoked. A serial is listed once: a
     second revocation of it (never expected: serials are 158 random bits) keeps the first."""
     return dynamo.Write("Put", item=revoked.to_item(), name="revoked-certificate")
 
 
-def revoked_of(ca_id: str, now_epoch: int) -> list[Revoked]:
+def revoked_of(ca_id: str, now: datetime) -> list[RevocationRecord]:
     """The CA's revoked certificates that have not expired (consistent: a revocation that just
     committed is in the CRL built after it)."""
-    found: list[Revoked] = []
+    found: list[RevocationRecord] = []
     start: Item | None = None
     while True:
         page = dynamo.query(pk=PREFIX + ca_id, consistent=True, start_after=start)
-        found.extend(Revoked.from_item(item) for item in page.items)
+        found.extend(RevocationRecord.from_item(item) for item in page.items)
         if page.last_key is None:
-            return [revoked for revoked in found if revoked.expires_at > now_epoch]
+            return [revoked for revoked in found if revoked.expires_at > clock.seconds(now)]
         start = page.last_key
 
 
-def get_crl(ca_id: str) -> Crl | None:
+def get_crl(ca_id: str) -> CrlRecord | None:
     item = dynamo.get(CRL_PREFIX + ca_id, "CRL")
-    return Crl.from_item(item) if item else None
+    return CrlRecord.from_item(item) if item else None
 
 
-def put_crl(crl: Crl, *, replacing: int | None) -> bool:
+def put_crl(crl: CrlRecord, *, replacing: int | None) -> bool:
     """Store `crl` if the stored CRL's number is still `replacing` (None: there is none), so two
     concurrent builds never leave a lower crlNumber behind. False when another build won."""
     if replacing is None:

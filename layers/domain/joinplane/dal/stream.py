@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from joinplane.dal import dynamo, items, machines, removals, requests
-from joinplane.dal.apikeys import ApiKey
-from joinplane.dal.authorities import CertificateAuthority
-from joinplane.dal.clusters import ClusterKey, ClusterNode
-from joinplane.dal.discovery import DiscoveryEntry
+from joinplane.dal.apikeys import ApiKeyRecord
+from joinplane.dal.authorities import CertificateAuthorityRecord
+from joinplane.dal.clusters import ClusterKeyRecord, ClusterNodeRecord
+from joinplane.dal.discovery import DiscoveryEntryRecord
 from joinplane.dal.dynamo import Item
-from joinplane.dal.pools import Pool
-from joinplane.dal.removals import Removal
-from joinplane.dal.tokens import JoinToken
-from joinplane.dal.tpm_allow import AllowedKey
+from joinplane.dal.pools import PoolRecord
+from joinplane.dal.removals import RemovalRecord
+from joinplane.dal.tokens import JoinTokenRecord
+from joinplane.dal.tpm_allow import AllowedKeyRecord
 
 
 def _image_fields(image: type[Any], stored: dict[str, Any]) -> dict[str, Any]:
@@ -83,26 +83,26 @@ class MachineImage(NamedTuple):
 Image = (
     RequestImage
     | MachineImage
-    | ClusterNode
-    | JoinToken
-    | ApiKey
-    | ClusterKey
-    | CertificateAuthority
-    | Pool
-    | DiscoveryEntry
-    | AllowedKey
-    | Removal
+    | ClusterNodeRecord
+    | JoinTokenRecord
+    | ApiKeyRecord
+    | ClusterKeyRecord
+    | CertificateAuthorityRecord
+    | PoolRecord
+    | DiscoveryEntryRecord
+    | AllowedKeyRecord
+    | RemovalRecord
 )
 
 _BY_PREFIX: dict[str, Callable[[Item], Image]] = {
     "JREQ#": RequestImage.from_item,
     "MACHINE#": MachineImage.from_item,
-    "CLUSTERNODE#": ClusterNode.from_item,
-    "JOINTOKEN#": JoinToken.from_item,
-    "APIKEY#": ApiKey.from_item,
-    "CLUSTERKEY#": ClusterKey.from_item,
-    "CA#": CertificateAuthority.from_item,
-    removals.PREFIX: Removal.from_item,
+    "CLUSTERNODE#": ClusterNodeRecord.from_item,
+    "JOINTOKEN#": JoinTokenRecord.from_item,
+    "APIKEY#": ApiKeyRecord.from_item,
+    "CLUSTERKEY#": ClusterKeyRecord.from_item,
+    "CA#": CertificateAuthorityRecord.from_item,
+    removals.PREFIX: RemovalRecord.from_item,
 }
 
 
@@ -113,11 +113,11 @@ def _decoder(pk: str, sk: str) -> Callable[[Item], Image] | None:
         return decode
     # Items kept in their owner's partition: told apart by the partition's shape and the sort key.
     if pk.startswith("TENANT#") and sk.startswith("POOL#"):
-        return Pool.from_item
+        return PoolRecord.from_item
     if pk.startswith("SITE#") and pk.endswith("#DISCOVERY") and sk.startswith("ENTRY#"):
-        return DiscoveryEntry.from_item
+        return DiscoveryEntryRecord.from_item
     if pk.startswith("SITE#") and pk.endswith("#TPMALLOW") and sk.startswith("EK#"):
-        return AllowedKey.from_item
+        return AllowedKeyRecord.from_item
     return None
 
 

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
@@ -24,14 +26,14 @@ RETENTION_SECONDS = 35 * 86_400  # longest deferral (30 days) plus a margin
 TokenState = Literal["active", "expired", "exhausted", "revoked"]  # as read, see `state_at`
 
 
-class AwsRules(NamedTuple):
+class AwsRulesRecord(NamedTuple):
     """The AWS callers a token admits by the IAM join method (joinplane.aws_rules matches them)."""
 
     accounts: tuple[str, ...] = ()
     arns: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, stored: dict[str, Any] | None) -> AwsRules | None:
+    def from_dict(cls, stored: dict[str, Any] | None) -> AwsRulesRecord | None:
         if not stored:
             return None
         return cls(tuple(stored.get("accounts", ())), tuple(stored.get("arns", ())))
@@ -40,7 +42,7 @@ class AwsRules(NamedTuple):
         return {"accounts": list(self.accounts), "arns": list(self.arns)}
 
 
-class AttestationPolicy(NamedTuple):
+class AttestationPolicyRecord(NamedTuple):
     """What a token asks of the attestors. `identity` is None on tokens made before the setting
     existed (stored without it, shown without it; read as "any")."""
 
@@ -51,7 +53,7 @@ class AttestationPolicy(NamedTuple):
     tpm_trust: Literal["allow-list", "manufacturer"] | None = None
     tpm_rejoin: Literal["any", "activate"] | None = None
     # None: the token takes no AWS IAM joins (and joins with its secret are not asked for one).
-    aws: AwsRules | None = None
+    aws: AwsRulesRecord | None = None
 
     @property
     def identity_policy(self) -> str:
@@ -66,7 +68,7 @@ class AttestationPolicy(NamedTuple):
         return self.tpm_rejoin == "activate"
 
     @classmethod
-    def from_dict(cls, stored: dict[str, Any] | None) -> AttestationPolicy:
+    def from_dict(cls, stored: dict[str, Any] | None) -> AttestationPolicyRecord:
         stored = stored or {}
         return cls(
             discovery=stored.get("discovery", "off"),
@@ -74,7 +76,7 @@ class AttestationPolicy(NamedTuple):
             identity=stored.get("identity"),
             tpm_trust=stored.get("tpmTrust"),
             tpm_rejoin=stored.get("tpmRejoin"),
-            aws=AwsRules.from_dict(stored.get("aws")),
+            aws=AwsRulesRecord.from_dict(stored.get("aws")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,7 +92,7 @@ class AttestationPolicy(NamedTuple):
         return stored
 
 
-class JoinToken(NamedTuple):
+class JoinTokenRecord(NamedTuple):
     token_id: str
     tenant_id: str
     site_id: str
@@ -103,7 +105,7 @@ class JoinToken(NamedTuple):
     max_uses: int
     uses_remaining: int
     require_approval: bool
-    attestation: AttestationPolicy
+    attestation: AttestationPolicyRecord
     created_at: str
     created_by: str | None = None
     revoked_at: str | None = None
@@ -113,22 +115,22 @@ class JoinToken(NamedTuple):
     def ttl(self) -> int:
         return self.expires_at_epoch + RETENTION_SECONDS
 
-    def state_at(self, now_epoch: float) -> TokenState:
-        """The token's state as read at `now_epoch`: expiry and exhaustion need no background job."""
+    def state_at(self, now: datetime) -> TokenState:
+        """The token's state as read at `now`: expiry and exhaustion need no background job."""
         if self.state == "revoked":
             return "revoked"
-        if self.expires_at_epoch <= now_epoch:
+        if self.expires_at_epoch <= clock.seconds(now):
             return "expired"
         if self.uses_remaining <= 0:
             return "exhausted"
         return "active"
 
-    def usable_at(self, now_epoch: float) -> bool:
+    def usable_at(self, now: datetime) -> bool:
         """Unexpired with a use left (whether it is revoked is the caller's separate question)."""
-        return self.expires_at_epoch > now_epoch and self.uses_remaining > 0
+        return self.expires_at_epoch > clock.seconds(now) and self.uses_remaining > 0
 
     @classmethod
-    def from_item(cls, item: Item) -> JoinToken:
+    def from_item(cls, item: Item) -> JoinTokenRecord:
         return cls(
             token_id=item["tokenId"],
             tenant_id=item["tenantId"],
@@ -142,7 +144,7 @@ class JoinToken(NamedTuple):
             max_uses=int(item["maxUses"]),
             uses_remaining=int(item["usesRemaining"]),
             require_approval=bool(item.get("requireApproval", False)),
-            attestation=AttestationPolicy.from_dict(item.get("attestation")),
+            attestation=AttestationPolicyRecord.from_dict(item.get("attestation")),
             created_at=item["createdAt"],
             created_by=item.get("createdBy"),
             revoked_at=item.get("revokedAt"),
@@ -196,17 +198,17 @@ class TokenExists(Exception):
 class TokenLost(Exception):
     """A conditional change found the token absent (`current` None) or no longer active."""
 
-    def __init__(self, current: JoinToken | None) -> None:
+    def __init__(self, current: JoinTokenRecord | None) -> None:
         super().__init__("join token changed")
         self.current = current
 
 
-def get(token_id: str) -> JoinToken | None:
+def get(token_id: str) -> JoinTokenRecord | None:
     item = dynamo.get(*token_key(token_id))
-    return JoinToken.from_item(item) if item else None
+    return JoinTokenRecord.from_item(item) if item else None
 
 
-def create(token: JoinToken) -> None:
+def create(token: JoinTokenRecord) -> None:
     """Store a new token; TokenExists when the id is taken."""
     try:
         dynamo.put(token.to_item(), condition="attribute_not_exists(pk)")
@@ -214,7 +216,7 @@ def create(token: JoinToken) -> None:
         raise TokenExists(token.token_id) from None
 
 
-def revoke(token_id: str, *, now: str, by: str) -> JoinToken:
+def revoke(token_id: str, *, now: datetime, by: str) -> JoinTokenRecord:
     """active → revoked; TokenLost when the token is absent or already revoked."""
     try:
         item = dynamo.update(
@@ -222,15 +224,15 @@ def revoke(token_id: str, *, now: str, by: str) -> JoinToken:
             update="SET #state = :revoked, revokedAt = :now, revokedBy = :by",
             condition="#state = :active",
             names={"#state": "state"},
-            values={":revoked": "revoked", ":active": "active", ":now": now, ":by": by},
+            values={":revoked": "revoked", ":active": "active", ":now": clock.rfc3339(now), ":by": by},
         )
     except dynamo.ConditionFailed as lost:
-        raise TokenLost(JoinToken.from_item(lost.current) if lost.current else None) from None
-    return JoinToken.from_item(item)
+        raise TokenLost(JoinTokenRecord.from_item(lost.current) if lost.current else None) from None
+    return JoinTokenRecord.from_item(item)
 
 
 class TokenPage(NamedTuple):
-    tokens: list[JoinToken]
+    tokens: list[JoinTokenRecord]
     complete: bool  # no page follows
 
 
@@ -239,12 +241,12 @@ def list_tokens(
 ) -> TokenPage:
     """One page of a pool's (or, `pool_id` None, a site's) tokens in tokenId order, after `after`."""
     page = dynamo.query(pk=list_key(tenant_id, pool_id, site_id), index="gsi1", limit=limit, sk_after=after)
-    return TokenPage([JoinToken.from_item(item) for item in page.items], page.last_key is None)
+    return TokenPage([JoinTokenRecord.from_item(item) for item in page.items], page.last_key is None)
 
 
-def spend_use(token: JoinToken, *, now_epoch: int, name: str = "token") -> dynamo.Write:
+def spend_use(token: JoinTokenRecord, *, now: datetime, name: str = "token") -> dynamo.Write:
     """A transaction action taking one use of the token: holds only while it is active, unexpired
-    at `now_epoch` and has a use left."""
+    at `now` and has a use left."""
     pk, sk = token_key(token.token_id)
     return dynamo.Write(
         "Update",
@@ -253,6 +255,6 @@ def spend_use(token: JoinToken, *, now_epoch: int, name: str = "token") -> dynam
         update="SET usesRemaining = usesRemaining - :one",
         condition="#state = :active AND expiresAtEpoch > :now AND usesRemaining > :zero",
         names={"#state": "state"},
-        values={":one": 1, ":zero": 0, ":active": "active", ":now": now_epoch},
+        values={":one": 1, ":zero": 0, ":active": "active", ":now": clock.seconds(now)},
         name=name,
     )

@@ -5,15 +5,17 @@ removal deletes the key and, in the same transaction, records who removed it
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo, removals
 from joinplane.dal.dynamo import Item
-from joinplane.dal.removals import Removal
+from joinplane.dal.removals import RemovalRecord
 from joinplane.errors import Unavailable
 
 
-class AllowedKey(NamedTuple):
+class AllowedKeyRecord(NamedTuple):
     tenant_id: str
     site_id: str
     ek_sha256: str  # lowercase hex SHA-256 of the EK's SubjectPublicKeyInfo DER
@@ -23,7 +25,7 @@ class AllowedKey(NamedTuple):
     created_by: str | None
 
     @classmethod
-    def from_item(cls, item: Item) -> AllowedKey:
+    def from_item(cls, item: Item) -> AllowedKeyRecord:
         return cls(
             tenant_id=item["tenantId"],
             site_id=item["siteId"],
@@ -65,7 +67,7 @@ class KeyGone(Exception):
     """The key was not (or no longer) on the allow-list."""
 
 
-def add(key: AllowedKey) -> None:
+def add(key: AllowedKeyRecord) -> None:
     """KeyExists when the site lists this key already."""
     try:
         dynamo.put(key.to_item(), condition="attribute_not_exists(pk)")
@@ -73,29 +75,29 @@ def add(key: AllowedKey) -> None:
         raise KeyExists(key.ek_sha256) from None
 
 
-def get(tenant_id: str, site_id: str, ek_sha256: str) -> AllowedKey | None:
+def get(tenant_id: str, site_id: str, ek_sha256: str) -> AllowedKeyRecord | None:
     item = dynamo.get(*key_of(tenant_id, site_id, ek_sha256))
-    return AllowedKey.from_item(item) if item else None
+    return AllowedKeyRecord.from_item(item) if item else None
 
 
 def is_listed(tenant_id: str, site_id: str, ek_sha256: str) -> bool:
     return dynamo.get(*key_of(tenant_id, site_id, ek_sha256)) is not None
 
 
-def remove(key: AllowedKey, *, by: str, now: str, now_epoch: int) -> None:
+def remove(key: AllowedKeyRecord, *, by: str, now: datetime) -> None:
     """The key, and the record of `by` removing it; KeyGone when a concurrent remove got there
     first."""
     pk, sk = key_of(key.tenant_id, key.site_id, key.ek_sha256)
-    removal = Removal(
+    removal = RemovalRecord(
         kind="tpm-key",
         tenant_id=key.tenant_id,
         site_id=key.site_id,
         subject_id=key.ek_sha256,
         added_at=key.created_at,
         added_by=key.created_by,
-        removed_at=now,
+        removed_at=clock.rfc3339(now),
         removed_by=by,
-        ttl=now_epoch + removals.RETENTION_SECONDS,
+        ttl=clock.seconds(now) + removals.RETENTION_SECONDS,
     )
     try:
         dynamo.transact(
@@ -122,7 +124,7 @@ def remove(key: AllowedKey, *, by: str, now: str, now_epoch: int) -> None:
 
 
 class KeyPage(NamedTuple):
-    keys: list[AllowedKey]
+    keys: list[AllowedKeyRecord]
     more: bool  # a page may follow
 
 
@@ -133,4 +135,4 @@ def list_keys(tenant_id: str, site_id: str, *, after: str | None, limit: int) ->
         page = dynamo.query(pk=pk, sk_after=f"EK#{after}", limit=limit, consistent=True)
     else:
         page = dynamo.query(pk=pk, sk_prefix="EK#", limit=limit, consistent=True)
-    return KeyPage([AllowedKey.from_item(item) for item in page.items], page.last_key is not None)
+    return KeyPage([AllowedKeyRecord.from_item(item) for item in page.items], page.last_key is not None)

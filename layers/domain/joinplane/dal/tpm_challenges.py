@@ -8,15 +8,17 @@ dead before DynamoDB gets round to deleting it).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
+from joinplane import clock
 from joinplane.dal import dynamo
 from joinplane.dal.dynamo import Item
 
 PREFIX = "TPMCHALLENGE#"
 
 
-class Challenge(NamedTuple):
+class ChallengeRecord(NamedTuple):
     tenant_id: str
     identity: str  # the join identity: SHA-256 of the CSR's SubjectPublicKeyInfo
     token_id: str
@@ -41,7 +43,7 @@ class Challenge(NamedTuple):
         }
 
     @classmethod
-    def from_item(cls, item: Item) -> Challenge:
+    def from_item(cls, item: Item) -> ChallengeRecord:
         return cls(
             tenant_id=item["tenantId"],
             identity=item["identity"],
@@ -57,12 +59,12 @@ def key_of(tenant_id: str, identity: str) -> tuple[str, str]:
     return f"{PREFIX}{tenant_id}#{identity}", "TPMCHALLENGE"
 
 
-def put(challenge: Challenge) -> None:
+def put(challenge: ChallengeRecord) -> None:
     """One PutItem: the identity's challenge, replacing any earlier one."""
     dynamo.put(challenge.to_item())
 
 
-def consume(expected: Challenge, now_epoch: int) -> Challenge | None:
+def consume(expected: ChallengeRecord, now: datetime) -> ChallengeRecord | None:
     """Delete the identity's challenge if it is exactly `expected` (the secret's digest, token, EK
     and AK name) and unexpired: one conditional DeleteItem, so of concurrent retries with the same
     secret exactly one gets it. The challenge as it was, or None when there was no such challenge."""
@@ -78,9 +80,9 @@ def consume(expected: Challenge, now_epoch: int) -> Challenge | None:
                 ":token": expected.token_id,
                 ":ek": expected.ek_sha256,
                 ":ak": expected.ak_name,
-                ":now": now_epoch,
+                ":now": clock.seconds(now),
             },
         )
     except dynamo.ConditionFailed:
         return None
-    return Challenge.from_item(old) if old else None
+    return ChallengeRecord.from_item(old) if old else None

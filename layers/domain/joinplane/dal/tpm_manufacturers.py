@@ -13,7 +13,7 @@ from joinplane.dal.dynamo import Item
 MAX_PER_SITE = 100
 
 
-class Manufacturer(NamedTuple):
+class ManufacturerRecord(NamedTuple):
     tenant_id: str
     site_id: str
     certificate_sha256: str  # lowercase hex SHA-256 of the certificate's DER
@@ -27,7 +27,7 @@ class Manufacturer(NamedTuple):
     created_by: str | None
 
     @classmethod
-    def from_item(cls, item: Item) -> Manufacturer:
+    def from_item(cls, item: Item) -> ManufacturerRecord:
         return cls(
             tenant_id=item["tenantId"],
             site_id=item["siteId"],
@@ -77,7 +77,7 @@ class Gone(Exception):
     pass
 
 
-def add(manufacturer: Manufacturer) -> None:
+def add(manufacturer: ManufacturerRecord) -> None:
     """Exists when the site lists this certificate already."""
     try:
         dynamo.put(manufacturer.to_item(), condition="attribute_not_exists(pk)")
@@ -85,12 +85,12 @@ def add(manufacturer: Manufacturer) -> None:
         raise Exists(manufacturer.certificate_sha256) from None
 
 
-def get(tenant_id: str, site_id: str, certificate_sha256: str) -> Manufacturer | None:
+def get(tenant_id: str, site_id: str, certificate_sha256: str) -> ManufacturerRecord | None:
     item = dynamo.get(*key_of(tenant_id, site_id, certificate_sha256))
-    return Manufacturer.from_item(item) if item else None
+    return ManufacturerRecord.from_item(item) if item else None
 
 
-def remove(manufacturer: Manufacturer) -> None:
+def remove(manufacturer: ManufacturerRecord) -> None:
     """Gone when a concurrent remove got there first (or it was removed and listed again)."""
     try:
         dynamo.delete(
@@ -102,21 +102,21 @@ def remove(manufacturer: Manufacturer) -> None:
         raise Gone(manufacturer.certificate_sha256) from None
 
 
-class Page(NamedTuple):
-    manufacturers: list[Manufacturer]
+class ManufacturerPage(NamedTuple):
+    manufacturers: list[ManufacturerRecord]
     more: bool
 
 
-def list_page(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> Page:
+def list_page(tenant_id: str, site_id: str, *, after: str | None, limit: int) -> ManufacturerPage:
     pk = partition(tenant_id, site_id)
     if after:
         page = dynamo.query(pk=pk, sk_after=f"CA#{after}", limit=limit, consistent=True)
     else:
         page = dynamo.query(pk=pk, sk_prefix="CA#", limit=limit, consistent=True)
-    return Page([Manufacturer.from_item(i) for i in page.items], page.last_key is not None)
+    return ManufacturerPage([ManufacturerRecord.from_item(i) for i in page.items], page.last_key is not None)
 
 
-def all_of(tenant_id: str, site_id: str) -> list[Manufacturer]:
+def all_of(tenant_id: str, site_id: str) -> list[ManufacturerRecord]:
     """Every certificate the site lists (one Query: a site lists at most MAX_PER_SITE)."""
     return list_page(tenant_id, site_id, after=None, limit=MAX_PER_SITE).manufacturers
 
