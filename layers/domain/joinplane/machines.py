@@ -29,7 +29,7 @@ from joinplane.grants import Principal, Resource
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID, TEXT
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import fact_views, views
     from joinplane.join_wire import JoinMachineRequest
 
 ID_PREFIX = "mach"
@@ -90,9 +90,9 @@ def facts_of(request: JoinMachineRequest) -> MachineFactsRecord:
     )
 
 
-def tpm_view(facts: TpmFactsRecord) -> views.TpmFacts:
+def tpm_view(facts: TpmFactsRecord) -> fact_views.TpmFacts:
     """The TPM as every answer shows it: the EK, and whether (and how) the join proved it."""
-    tpm: views.TpmFacts = {}
+    tpm: fact_views.TpmFacts = {}
     if facts.ek_public_key_sha256:
         tpm["ekPublicKeySha256"] = facts.ek_public_key_sha256
         tpm["activated"] = facts.activated
@@ -112,9 +112,9 @@ def tpm_view(facts: TpmFactsRecord) -> views.TpmFacts:
     return tpm
 
 
-def facts_view(facts: MachineFactsRecord) -> views.ReportedFacts:
+def facts_view(facts: MachineFactsRecord) -> fact_views.ReportedFacts:
     """The facts every answer about a machine shows (a machine, a join request's `machine`)."""
-    hardware: views.HardwareFacts = {}
+    hardware: fact_views.HardwareFacts = {}
     if facts.hardware.serial_number is not None:
         hardware["serialNumber"] = facts.hardware.serial_number
     if facts.hardware.system_uuid is not None:
@@ -122,7 +122,7 @@ def facts_view(facts: MachineFactsRecord) -> views.ReportedFacts:
     if facts.hardware.mac_addresses is not None:
         hardware["macAddresses"] = list(facts.hardware.mac_addresses)
     tpm = tpm_view(facts.tpm)
-    shown: views.ReportedFacts = {
+    shown: fact_views.ReportedFacts = {
         "hostname": facts.hostname,
         "os": facts.os,
         "arch": facts.arch,
