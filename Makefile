@@ -138,9 +138,17 @@ pytest: setup
 
 # Every call a function makes in the tests is checked against its IAM statements (tests/conftest.py);
 # the run also records them, and lists in .iam-record/unused-grants.txt the grants no test used.
-test: setup lint typecheck validate scan build runtime
+# The static checks (lint, typecheck, validate, scan: about 40 s) run beside pytest, not before it:
+# pytest's workers leave the cores idle while tests wait on subprocesses and sleeps. Their output is
+# shown once both are done, and either failing fails the target.
+test: setup build runtime $(SCAN_STAMP)
 	rm -rf .iam-record
-	JOINPLANE_IAM_RECORD=.iam-record JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest $(PARALLEL)
+	@$(MAKE) --no-print-directory lint typecheck validate scan > .checks.log 2>&1 & checks=$$!; \
+	JOINPLANE_IAM_RECORD=.iam-record JOINPLANE_REQUIRE_BUILD=1 $(BIN)/pytest $(PARALLEL); tests=$$?; \
+	wait $$checks; checked=$$?; \
+	echo "--- static checks (make lint typecheck validate scan):"; cat .checks.log; \
+	if [ $$checked -ne 0 ]; then echo "make test: the static checks failed (above)"; fi; \
+	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 # shared/openapi.json against the local runtime (schemathesis, every check on every operation in
 # every phase). `make test` gives it 30 s to fuzz in; `make contract` 120 s, and

@@ -210,6 +210,7 @@ class Agent:
         if self.o.aws_iam and self.aws is None:
             from joinplane_cli import aws_iam
 
+            aws_iam.check_url(self.o.url)
             self.aws = aws_iam.Signer()
         # With --tpm the EK is attested below; the facts' unproven EK hash would only be noise.
         facts = machine_facts.collect(self.o.facts_root, tpm_ek=not self.o.tpm)

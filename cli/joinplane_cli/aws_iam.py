@@ -34,6 +34,17 @@ def sts_host(region: str, *, fips: bool = False) -> str:
     return f"sts-fips.{region}.amazonaws.com" if fips else f"sts.{region}.amazonaws.com"
 
 
+def check_url(url: str) -> None:
+    """Whoever reads a signed GetCallerIdentity on the way can replay it for 15 minutes to any
+    service that takes one without a binding of its own (Vault without its server-ID header): it
+    travels only over HTTPS, or within this machine (the local runtime)."""
+    if not skew.may_follow(url):
+        raise CliError(
+            f"--aws-iam sends a signed AWS request: use an https:// --url (or a loopback one), not {url}",
+            Exit.USAGE,
+        )
+
+
 class Signer:
     """The machine's AWS credentials and region, found once; `sign` makes each call's request."""
 

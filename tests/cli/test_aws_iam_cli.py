@@ -179,3 +179,14 @@ def test_aws_iam_options_that_do_not_fit_are_usage_errors(
     code = main.main(["join", *arguments, "--url", "http://127.0.0.1:9", "--dir", str(tmp_path)])
     assert code == 2
     assert said in capsys.readouterr().err
+
+
+def test_aws_iam_sends_its_signed_request_only_over_https_or_to_this_machine(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # When a machine would join with --aws-iam over plain http to another host
+    arguments = ["join", "--aws-iam", "--token-id", "jtok_" + "0" * 26, "--dir", str(tmp_path)]
+    code = main.main([*arguments, "--url", "http://192.0.2.1:9"])
+    # Then it stops with a usage error naming https, having sent nothing
+    assert code == 2
+    assert "use an https:// --url" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from joinplane import container
+from joinplane import aws_rules, container
 from joinplane.dal import dynamo
 from joinplane.dal.tokens import token_key
 from local.joinplane_local.emulator import Emulator
@@ -215,6 +215,9 @@ def test_the_token_names_its_method_both_ways_and_its_rules_are_checked(
         {"accounts": ["12345"]},
         {"arns": ["not-an-arn"]},
         {"accounts": [ACCOUNT], "roles": []},
+        # a wildcard account with no account list: anyone, in any account, naming such a role
+        {"arns": ["arn:aws:sts::*:assumed-role/gpu-node/*"]},
+        {"arns": ["arn:aws:iam::*:*"]},
     ):
         # Given rules that are empty, malformed or carry an unknown field
         body = {"tenantId": "acme", "poolId": "gpu", "attestation": {"aws": rules}}
@@ -280,3 +283,110 @@ def _redirecting_to(location: str) -> type:
             pass
 
     return Redirect
+
+
+def test_a_wildcard_account_matches_only_within_the_listed_accounts(
+    sts: str, aws_token: Callable[..., dict[str, Any]], machine_factory: Any
+) -> None:
+    # Given a token whose pattern's account is `*`, limited to one account
+    token = aws_token(accounts=(ACCOUNT,), arns=("arn:aws:sts::*:assumed-role/gpu-node-*/*",))
+    # When the same role name of another account joins, Then it is denied; and of the account, admitted
+    for account, status in ((OTHER_ACCOUNT, 403), (ACCOUNT, 200)):
+        machine = machine_factory()
+        signed = signed_request(_credentials(sts, account=account), spki=spki_sha256(machine.csr))
+        assert join(_body(token, machine, signed), signed_by=machine.key).status == status, account
+
+
+@pytest.mark.parametrize(
+    ("pattern", "arn", "matches"),
+    [
+        (GPU_ROLES, f"arn:aws:sts::{ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE}", True),
+        (GPU_ROLES, f"arn:aws:sts::{ACCOUNT}:assumed-role/cpu-node-a/{INSTANCE}", False),
+        (GPU_ROLES, f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/gpu-node-a/{INSTANCE}", False),
+        ("arn:aws:iam::*:user/a*b*c", "arn:aws:iam::1:user/aXbYc", True),
+        ("arn:aws:iam::*:user/a*b*c", "arn:aws:iam::1:user/aXbYcd", False),
+        ("arn:aws:iam::*:user/ab", "arn:aws:iam::1:user/AB", False),  # case-sensitive, as STS spells it
+        # many stars against a long ARN a caller chose (an IAM user's path): a regex of `.*`s takes
+        # minutes on this; the matcher is linear
+        (
+            "arn:aws:iam::*:user/" + "a*" * 8 + "c",
+            "arn:aws:iam::999988887777:user/" + "a/" * 250 + "b",
+            False,
+        ),
+    ],
+)
+def test_an_arn_pattern_matches_the_whole_arn_with_stars_for_any_run(
+    pattern: str, arn: str, matches: bool
+) -> None:
+    assert aws_rules.arn_matches(pattern, arn) is matches
+
+
+def _sts_answering(kind: str) -> type:
+    import http.server
+
+    class Sts(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if kind == "garbage":
+                self.wfile.write(b"GARBAGE\r\n\r\n")
+                return
+            if kind == "trickle":  # a byte a second: each read is within a socket timeout
+                self.send_response(200)
+                self.send_header("Content-Length", "100")
+                self.end_headers()
+                for _ in range(10):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(1)
+                return
+            status, code = {"throttled": (400, "Throttling"), "rejected": (403, "SignatureDoesNotMatch")}[
+                kind
+            ]
+            text = f"<ErrorResponse><Error><Code>{code}</Code></Error></ErrorResponse>".encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Sts
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "reason"),
+    [
+        # STS's "not now" is the caller's retry (a fleet booting at once is throttled), never a rejection
+        ("throttled", 503, None),
+        ("rejected", 401, "AWS_IDENTITY_REJECTED"),
+        ("garbage", 503, None),  # not HTTP at all
+        ("trickle", 503, None),  # an answer that would outlast the invocation
+    ],
+)
+def test_sts_failing_to_answer_is_a_retry_and_only_its_refusal_a_rejection(
+    kind: str,
+    status: int,
+    reason: str | None,
+    aws_token: Callable[..., dict[str, Any]],
+    machine_factory: Any,
+    emulator: Emulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the configured STS answers so
+    token, machine = aws_token(accounts=(ACCOUNT,)), machine_factory()
+    signed = signed_request(_credentials(emulator.endpoint_url), spki=spki_sha256(machine.csr))
+    with serving(_sts_answering(kind)) as url:
+        monkeypatch.setenv("STS_ENDPOINT_URL", url)
+        container.reset(keep_clients=True)
+        # When a well-formed request is forwarded
+        started = time.monotonic()
+        answered = join(_body(token, machine, signed), signed_by=machine.key)
+        took = time.monotonic() - started
+    monkeypatch.delenv("STS_ENDPOINT_URL")
+    container.reset(keep_clients=True)
+    # Then the join answers so, before the trickle would have ended, and nothing is stored
+    assert answered.status == status, answered.body
+    assert reason is None or answered.reason == reason, answered.body
+    assert took < 8, took
+    _nothing_stored(token, machine)

@@ -27,7 +27,9 @@ redirects never followed, no proxy, and an answer of at most 16 KiB.
 
 from __future__ import annotations
 
+import http.client
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -265,6 +267,21 @@ def target(signed: SignedRequest, endpoint_url: str) -> str:
     return endpoint_url.rstrip("/") + "/" if endpoint_url else f"https://{signed.host}/"
 
 
+# STS's answers that say "not now" rather than "not you": a fleet booting at once is throttled, and
+# must be told to retry (503), never that its identity was rejected (which the agent takes as final).
+RETRYABLE = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "ServiceUnavailable"})
+
+
+def _exchange(outbound: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
+    """STS's status and (bounded) answer; urllib's and http.client's failures are raised as they are."""
+    try:
+        with _OPENER.open(outbound, timeout=timeout) as answer:
+            return answer.status, answer.read(MAX_ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as failed:
+        with failed:
+            return failed.code, failed.read(MAX_ANSWER_BYTES + 1)
+
+
 def forward(signed: SignedRequest, endpoint_url: str = "") -> Caller:
     """Send the request to STS and read who signed it; STS's refusal is the caller's."""
     outbound = urllib.request.Request(  # noqa: S310 - https to an allow-listed host, or the deployment's
@@ -273,23 +290,38 @@ def forward(signed: SignedRequest, endpoint_url: str = "") -> Caller:
     # Never past the invocation's end: what is left after the forward must still decide and commit.
     deadline.check(deadline.DEFAULT_RESERVE + 0.1)
     timeout = min(TIMEOUT_SECONDS, deadline.remaining() - deadline.DEFAULT_RESERVE)
-    try:
-        with _OPENER.open(outbound, timeout=timeout) as answer:
-            raw = answer.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as failed:
-        with failed:
-            if 400 <= failed.code < 500:
-                code = _error_code(failed.read(MAX_ANSWER_BYTES))
-                observe.note(stsRefusal=code or str(failed.code))
-                raise Unauthenticated(
-                    f"STS refused the signed request ({code or failed.code})",
-                    reason=errors.AWS_IDENTITY_REJECTED,
-                ) from None
-        observe.note(stsStatus=failed.code)
-        raise Unavailable(f"STS answered {failed.code}; retry") from None
-    except (urllib.error.URLError, OSError) as failed:
-        observe.note(stsUnreachable=str(getattr(failed, "reason", failed))[:200])
+    # urllib's timeout bounds each socket operation, not the exchange: an answer trickled a byte at
+    # a time would outlast it many times over. The exchange runs beside the invocation, which waits
+    # for it no longer than the timeout (a thread left behind ends at its next socket timeout).
+    outcome: list[tuple[int, bytes] | BaseException] = []
+
+    def exchange() -> None:
+        try:
+            outcome.append(_exchange(outbound, timeout))
+        except BaseException as failed:  # handed to the invocation's thread, which raises it
+            outcome.append(failed)
+
+    worker = threading.Thread(target=exchange, name="sts-forward", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        observe.note(stsUnreachable=f"no answer within {timeout:.1f} s")
+        raise Unavailable("STS did not answer in time; retry")
+    result = outcome[0]
+    if isinstance(result, urllib.error.URLError | OSError | http.client.HTTPException):
+        observe.note(stsUnreachable=str(getattr(result, "reason", result))[:200])
         raise Unavailable("STS could not be reached; retry") from None
+    if isinstance(result, BaseException):
+        raise result
+    status, raw = result
+    if status >= 300:
+        code = _error_code(raw[:MAX_ANSWER_BYTES])
+        observe.note(stsRefusal=code or str(status))
+        if 400 <= status < 500 and status != 429 and code not in RETRYABLE:
+            raise Unauthenticated(
+                f"STS refused the signed request ({code or status})", reason=errors.AWS_IDENTITY_REJECTED
+            )
+        raise Unavailable(f"STS answered {code or status}; retry")
     if len(raw) > MAX_ANSWER_BYTES:
         raise Unavailable("STS's answer is too large to be GetCallerIdentity's; retry")
     return caller_of(raw)

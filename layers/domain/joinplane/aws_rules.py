@@ -12,7 +12,6 @@ is special; the match is on the whole ARN, case-sensitive, as STS spells it.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import NamedTuple
 
@@ -53,13 +52,25 @@ def instance_id(arn: str) -> str:
     return name if _INSTANCE_ID.fullmatch(name) else ""
 
 
-@functools.lru_cache(maxsize=256)
-def _pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
-
-
 def arn_matches(pattern: str, arn: str) -> bool:
-    return _pattern(pattern).fullmatch(arn) is not None
+    """`*` matches any run of characters, everything else itself, over the whole ARN. Linear in
+    the lengths (one backtrack point, the last `*`): a regex of `.*`s backtracks exponentially on
+    a pattern of many stars against a long ARN a caller chose (an IAM user's path)."""
+    p = a = 0
+    star, resume = -1, 0
+    while a < len(arn):
+        if p < len(pattern) and pattern[p] == "*":
+            star, resume = p, a
+            p += 1
+        elif p < len(pattern) and pattern[p] == arn[a]:
+            p += 1
+            a += 1
+        elif star >= 0:
+            p, resume = star + 1, resume + 1
+            a = resume
+        else:
+            return False
+    return all(c == "*" for c in pattern[p:])
 
 
 def admits(rules: AwsRulesRecord, caller: Caller) -> bool:

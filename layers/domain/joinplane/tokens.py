@@ -44,6 +44,10 @@ class AwsAttestation(BaseModel):
     def _some_rule(self) -> AwsAttestation:
         if not self.accounts and not self.arns:
             raise ValueError("give accounts or arns: an empty rule would admit no one")
+        if not self.accounts and any(pattern.split(":")[4] == "*" for pattern in self.arns):
+            # `arn:aws:sts::*:assumed-role/gpu-node/*` alone admits anyone in any AWS account who
+            # names a role gpu-node: a pattern's account is a wildcard only within listed accounts.
+            raise ValueError("an ARN pattern with * in its account needs accounts: the accounts it may match")
         return self
 
 
