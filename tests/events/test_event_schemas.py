@@ -59,3 +59,14 @@ def test_a_token_event_states_any_attestation_policy_as_the_token_stores_it() ->
         # Then the event states the policy as stored, and meets its schema
         assert event is not None and event.detail["attestation"] == stored
         schema.validate(event.detail)
+
+
+def test_a_token_event_states_the_aws_callers_it_admits() -> None:
+    # Given a token of the AWS IAM join method, as stored
+    rules = {"accounts": ["123456789012"], "arns": ["arn:aws:sts::123456789012:assumed-role/gpu-node-*/*"]}
+    stored = {"discovery": "off", "tpm": "off", "aws": rules}
+    # When its creation is published
+    event = events.from_stream_record(record(None, {**TOKEN, "attestation": stored}))
+    # Then the audit trail says who the token lets in, and the event meets its schema
+    assert event is not None and event.detail["attestation"]["aws"] == rules
+    jsonschema.Draft202012Validator(SCHEMAS["security.join-token.created"]).validate(event.detail)

@@ -100,6 +100,8 @@ def _attestation(policy: AttestationPolicyRecord) -> TokenAttestation:
         stated["tpmTrust"] = policy.tpm_trust
     if policy.tpm_rejoin is not None:
         stated["tpmRejoin"] = policy.tpm_rejoin
+    if policy.aws is not None:
+        stated["aws"] = {"accounts": list(policy.aws.accounts), "arns": list(policy.aws.arns)}
     return stated
 
 

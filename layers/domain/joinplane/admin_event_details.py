@@ -70,6 +70,14 @@ class TenantScoped(Header):
 
 
 @with_config(DETAIL)
+class TokenAwsRules(TypedDict):
+    """Which AWS callers the token admits by the AWS IAM join method (every list given must match)."""
+
+    accounts: list[str]
+    arns: list[str]
+
+
+@with_config(DETAIL)
 class TokenAttestation(TypedDict):
     """The token's attestation policy, as it stores it (a setting stored before it existed is absent)."""
 
@@ -78,6 +86,7 @@ class TokenAttestation(TypedDict):
     identity: NotRequired[Literal["any", "key"]]
     tpmTrust: NotRequired[Literal["allow-list", "manufacturer"]]
     tpmRejoin: NotRequired[Literal["any", "activate"]]
+    aws: NotRequired[TokenAwsRules]
 
 
 @with_config(DETAIL)
