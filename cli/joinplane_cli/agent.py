@@ -386,8 +386,11 @@ class Agent:
                     if failed.code == "UNAUTHENTICATED":
                         status.done()
                         raise CliError(
-                            "The join token was refused (unknown, revoked, expired or used up). "
-                            "Ask an operator for a new one (`joinplane tokens create`).",
+                            "The join token was refused (unknown, revoked, expired or used up"
+                            + (", or without AWS rules" if self.o.aws_iam else "")
+                            + "). Ask an operator for a new one (`joinplane tokens create`"
+                            + (" --aws-account ..." if self.o.aws_iam else "")
+                            + ").",
                             Exit.UNAUTHENTICATED,
                         ) from None
                     # Waiting (the agent, or join --wait) outlasts a busy or failing server, at boot too.

@@ -129,7 +129,7 @@ def join_command(p: Parents) -> None:
     join = commands.add_parser(
         "join",
         parents=[server],
-        help="join this machine to a pool",
+        help="join this machine to a pool (with a token, or --aws-iam)",
         description="Ask to join this machine; with --wait, wait for an operator.",
     )
     join.add_argument(

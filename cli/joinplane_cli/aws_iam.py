@@ -23,7 +23,10 @@ from joinplane_cli.exits import CliError, Exit
 
 BODY = "Action=GetCallerIdentity&Version=2011-06-15"
 BINDING_HEADER = "X-Joinplane-Join-Binding"
-INSTALL = "--aws-iam needs botocore: pip install 'joinplane-cli[aws]'"
+INSTALL = (
+    "--aws-iam needs botocore: pip install 'joinplane-cli[aws]' "
+    "(from this repository: pip install './cli[aws]')"
+)
 DEFAULT_REGION = "us-east-1"
 
 
@@ -53,12 +56,18 @@ class Signer:
             import botocore.session
         except ImportError:
             raise CliError(INSTALL, Exit.USAGE) from None
+        from botocore.exceptions import BotoCoreError
+
         session = botocore.session.get_session()
-        credentials = session.get_credentials()
+        try:
+            credentials = session.get_credentials()
+        except BotoCoreError as failed:  # e.g. AWS_PROFILE names no profile
+            raise CliError(f"--aws-iam: {failed}", Exit.USAGE) from None
         if credentials is None:
             raise CliError(
                 "--aws-iam found no AWS credentials (environment, shared config, container or "
-                "instance metadata): give the machine an instance profile or role",
+                "instance metadata): give the machine an instance profile or role, or set "
+                "AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
                 Exit.USAGE,
             )
         self._credentials = credentials

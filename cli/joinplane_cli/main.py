@@ -42,8 +42,9 @@ exit codes: 0 ok/admitted, 1 error, 2 usage, 3 pending, 4 rejected, 5 expired,
             6 denied or revoked, 7 server unreachable, 8 bad token or API key,
             9 TPM unusable (--tpm), 10 TPM activation refused, 130 interrupted
 settings:   an option, else its environment variable (JOINPLANE_URL, JOINPLANE_API_KEY,
-            JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_DIR), else the profile of
-            ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE; default [default]).
+            JOINPLANE_TENANT, JOINPLANE_POOL, JOINPLANE_TOKEN, JOINPLANE_TOKEN_ID, JOINPLANE_DIR),
+            else the profile of ~/.config/joinplane/config.toml (--profile, JOINPLANE_PROFILE;
+            default [default]).
 durations:  seconds, or 90s, 90m, 1h, 1h30m, 1d, 2w.
 shared:     --url, --timeout, -o, --profile, --config, --api-key, --tenant and --pool may stand
             before COMMAND as well as after it (after it wins).

@@ -341,14 +341,19 @@ def systemd_unit(
         for prefix in ("/home/", "/root/", "/run/user/")
     )
     sandbox = "PrivateTmp=yes\nNoNewPrivileges=yes\n" + ("" if home else "ProtectHome=yes\n")
+    secret = (
+        "# It joins with the machine's AWS identity (--aws-iam): no join token's secret is needed.\n"
+        if aws_token_id is not None
+        else "# The join token (first boot only) is JOINPLANE_TOKEN=jpt_... in /etc/joinplane/agent.env "
+        "(mode 0600),\n"
+        "# or a file named by --token-file; it is never written here, where every user can read it.\n"
+    )
     return f"""\
 # Joinplane agent: joins this machine to a pool, then keeps its certificate fresh.
 # Install:  joinplane agent --print-systemd-unit [--url ...] [--dir ...] \\
 #             | sudo tee /etc/systemd/system/joinplane-agent.service
 #           sudo systemctl daemon-reload && sudo systemctl enable --now joinplane-agent
-# The join token (first boot only) is JOINPLANE_TOKEN=jpt_... in /etc/joinplane/agent.env (mode 0600),
-# or a file named by --token-file; it is never written here, where every user can read it.
-[Unit]
+{secret}[Unit]
 Description=Joinplane agent (machine identity and certificate renewal)
 Wants=network-online.target
 After=network-online.target
