@@ -93,7 +93,10 @@ def test_the_printed_systemd_unit_is_one_systemd_accepts_and_keeps_secrets_and_d
             "systemctl reload nginx && echo $HOSTNAME 100%",
         ]
     )
-    unit = capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # (the unit alone: a stream worker another test left running may log to this process's stdout)
+    start, end = printed.index("# Joinplane agent:"), printed.index("WantedBy=multi-user.target\n")
+    unit = printed[start : end + len("WantedBy=multi-user.target\n")]
     # Then it runs `joinplane agent` with those options, systemd-quoted
     assert code == 0
     (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]

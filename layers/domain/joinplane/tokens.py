@@ -29,7 +29,9 @@ READ, CREATE = "compute:join-tokens:read", "compute:join-tokens:create"
 
 # An ARN pattern: an ARN's characters, `*` for any run of them (joinplane.aws_rules).
 AWS_ACCOUNT = r"^[0-9]{12}$"
-AWS_ARN_PATTERN = r"^arn:aws[a-z-]*:(sts|iam)::([0-9]{12}|\*):[\x21-\x7e]{1,512}$"
+# A pattern names its account: `arn:aws:sts::*:assumed-role/gpu-node/*` would admit anyone, in any
+# AWS account, who names a role gpu-node (several accounts: a pattern each).
+AWS_ARN_PATTERN = r"^arn:aws[a-z-]*:(sts|iam)::[0-9]{12}:[\x21-\x7e]{1,512}$"
 
 
 class AwsAttestation(BaseModel):
@@ -44,10 +46,6 @@ class AwsAttestation(BaseModel):
     def _some_rule(self) -> AwsAttestation:
         if not self.accounts and not self.arns:
             raise ValueError("give accounts or arns: an empty rule would admit no one")
-        if not self.accounts and any(pattern.split(":")[4] == "*" for pattern in self.arns):
-            # `arn:aws:sts::*:assumed-role/gpu-node/*` alone admits anyone in any AWS account who
-            # names a role gpu-node: a pattern's account is a wildcard only within listed accounts.
-            raise ValueError("an ARN pattern with * in its account needs accounts: the accounts it may match")
         return self
 
 

@@ -21,6 +21,15 @@ def _either(*names: str) -> Callable[[Schema], None]:
     return patch
 
 
+def _some_of(*names: str) -> Callable[[Schema], None]:
+    """At least one of the lists `names` given, and not empty."""
+
+    def patch(schema: Schema) -> None:
+        schema["anyOf"] = [{"required": [name], "properties": {name: {"minItems": 1}}} for name in names]
+
+    return patch
+
+
 def _no_null(*keep: str) -> Callable[[Schema], None]:
     """Optional fields that may be left out but not set to null (`pools/update`)."""
 
@@ -127,4 +136,5 @@ REQUEST_PATCHES: dict[str, Callable[[Schema], None]] = {
     "AddManufacturer": _add_manufacturer,
     "UpdatePool": _no_null("tenantId", "poolId", "cluster"),
     "RegisterEntry": _register_entry,
+    "AwsAttestation": _some_of("accounts", "arns"),
 }
