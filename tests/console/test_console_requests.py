@@ -100,7 +100,8 @@ def test_a_request_has_its_own_page_and_several_are_approved_at_once(
         assert shown in facts, shown
     assert stored["csrPublicKeySha256"] in facts
     verdicts = page.get_by_role("table", name="Attestors' verdicts")
-    assert verdicts.locator("tbody tr").count() == len(stored["verdicts"]) == 5
+    # (token, hardware ids, discovery, tpm, identity, aws)
+    assert verdicts.locator("tbody tr").count() == len(stored["verdicts"]) == 6
     assert "this join token requires an operator's approval" in verdicts.inner_text()
     assert {"attestor": "token", "verdict": "defer"} in stored["verdicts"]
     assert axe_violations(page) == []
