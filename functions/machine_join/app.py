@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from joinplane import join, join_wire, proof, renewal
+from joinplane import join, join_wire, proof
 from joinplane.errors import PayloadTooLarge
 from joinplane.http import HttpRequest, Router
 
@@ -34,6 +34,9 @@ def join_machine(request: HttpRequest) -> tuple[int, join_views.JoinMachineRespo
 
 @routes.operation("Joinplane_RenewMachine")
 def renew(request: HttpRequest) -> tuple[int, join_views.RenewMachineResponse]:
+    # Loaded by the first renewal, not by every container's cold start: a join never needs it.
+    from joinplane import renewal
+
     return renewal.renew(_body(request), request.headers.get(proof.HEADER, ""), base_url=request.base_url)
 
 
