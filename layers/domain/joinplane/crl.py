@@ -37,6 +37,8 @@ REBUILD_AFTER_SECONDS = 24 * 3600
 # a cache within minutes (the answer is small and cheap to serve).
 MAX_AGE_SECONDS = 300
 CA_ID = re.compile(rf"ca_{ids.ULID_PATTERN}")
+# A per-container intermediate (the `intermediate` signing mode): its CRL was signed when it was made.
+INTERMEDIATE_ID = re.compile(rf"int_{ids.ULID_PATTERN}")
 
 
 class Served(NamedTuple):
@@ -49,8 +51,16 @@ def path(ca_id: str) -> str:
 
 
 def served(ca_id: str) -> Served:
-    """The CA's current CRL (built when missing, due, or missing an entry). NOT_FOUND for anything
-    but a CA that can sign: nothing is built or stored for it."""
+    """The CA's current CRL (built when missing, due, or missing an entry), or an unexpired
+    intermediate's (as stored). NOT_FOUND for anything else: nothing is built or stored for it."""
+    if isinstance(ca_id, str) and INTERMEDIATE_ID.fullmatch(ca_id):
+        from joinplane import intermediates
+
+        stored = intermediates.crl_der(ca_id)
+        if stored is None:
+            raise NotFound("no such certificate authority")
+        # It never changes: caches may keep it as long as any CRL.
+        return Served(stored, MAX_AGE_SECONDS)
     authority = _authority(ca_id)
     crl = _current(authority, force=False)
     now = clock.seconds(clock.now())

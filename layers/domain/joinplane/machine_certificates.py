@@ -17,18 +17,21 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from joinplane import clock
+from joinplane import clock, intermediates
 from joinplane.ca import (
     CLOCK_SKEW,
     MAX_LIFETIME_SECONDS,
     MIN_LIFETIME_SECONDS,
+    PoolCa,
     check_ids,
+    forget,
     pool_authorities,
     serial_number,
     spiffe_id,
 )
 from joinplane.ca_keys import sign_certificate
-from joinplane.errors import POOL_CA_EXPIRED, FailedPrecondition, InvalidArgument
+from joinplane.errors import POOL_CA_EXPIRED, FailedPrecondition, InvalidArgument, Unavailable
+from joinplane.settings import settings
 
 if TYPE_CHECKING:
     from joinplane.csr_checks import Csr
@@ -38,7 +41,7 @@ _MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class IssuedCertificate(NamedTuple):
-    certificate_pem: str
+    certificate_pem: str  # the machine's, followed by the intermediate that signed it (if any)
     ca_certificates_pem: str  # the pool's bundle: the issuing CA first
     expires_at: datetime
     serial: str
@@ -62,7 +65,25 @@ def issue_machine_certificate(
         raise InvalidArgument("machineId is not a valid machine id")
     # Before the pool CA: a deployment without a usable trust domain creates no CA either.
     uri = spiffe_id(tenant_id, pool_id, machine_id)
-    pool_ca = pool_authorities(tenant_id, site_id, pool_id)
+    for _ in range(2):
+        pool_ca = pool_authorities(tenant_id, site_id, pool_id)
+        try:
+            return _issue(pool_ca, machine_id, uri, csr, lifetime_seconds, crl_base_url)
+        except intermediates.CaRotated:
+            # This container's view of the pool CA was older than a rotation: read it again.
+            forget(tenant_id, pool_id)
+    raise Unavailable("the pool's CA kept changing; retry")
+
+
+def _issue(
+    pool_ca: PoolCa, machine_id: str, uri: str, csr: Csr, lifetime_seconds: int, crl_base_url: str
+) -> IssuedCertificate:
+    active = pool_ca.authorities.active
+    pool_id = active.pool_id
+    crl = crl_url(crl_base_url, active.ca_id) if crl_base_url else ""
+    intermediate = None
+    if settings().signing_mode == "intermediate" and intermediates.can_sign_below(pool_ca):
+        intermediate = intermediates.current(pool_ca, crl)
 
     # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
     now = clock.now().replace(microsecond=0)
@@ -70,6 +91,9 @@ def issue_machine_certificate(
     # A certificate outliving its CA (or a CA above it) would fail verification anyway; say so
     # instead of lying.
     not_after = min(now + lifetime, pool_ca.not_after)
+    if intermediate is not None:
+        # Verifiers check every certificate of the path: one that outlived its intermediate would fail.
+        not_after = min(not_after, intermediate.not_after)
     if not_after - now < timedelta(seconds=MIN_LIFETIME_SECONDS):
         raise FailedPrecondition(
             f"the CA of pool {pool_id} expires at {clock.rfc3339(not_after)}", reason=POOL_CA_EXPIRED
@@ -77,11 +101,12 @@ def issue_machine_certificate(
 
     key_usage_encipherment = isinstance(csr.public_key, rsa.RSAPublicKey)
     serial = serial_number()
-    ca_ski = pool_ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    issuer = pool_ca.certificate if intermediate is None else intermediate.certificate
+    ca_ski = issuer.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, machine_id)]))
-        .issuer_name(pool_ca.certificate.subject)
+        .issuer_name(issuer.subject)
         .public_key(csr.public_key)
         .serial_number(serial)
         .not_valid_before(now - CLOCK_SKEW)
@@ -110,13 +135,16 @@ def issue_machine_certificate(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(csr.public_key), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
     )
-    active = pool_ca.authorities.active
-    if crl_base_url:
+    # A machine certificate names its issuer's CRL: the pool CA's, or the intermediate's (signed
+    # once when it was made, since its key is gone with its container: docs/pki.md).
+    if intermediate is not None and crl_base_url:
+        crl = crl_url(crl_base_url, intermediate.intermediate_id)
+    if crl:
         builder = builder.add_extension(
             x509.CRLDistributionPoints(
                 [
                     x509.DistributionPoint(
-                        full_name=[x509.UniformResourceIdentifier(crl_url(crl_base_url, active.ca_id))],
+                        full_name=[x509.UniformResourceIdentifier(crl)],
                         relative_name=None,
                         reasons=None,
                         crl_issuer=None,
@@ -125,9 +153,16 @@ def issue_machine_certificate(
             ),
             critical=False,
         )
-    certificate = sign_certificate(builder, active.key_id, pool_ca.public_key)
+    if intermediate is None:
+        certificate = sign_certificate(builder, active.key_id, pool_ca.public_key)
+        chain = ""
+    else:
+        certificate = intermediates.sign(intermediate, builder)
+        # The machine presents its certificate followed by the intermediate, as a TLS client sends
+        # its chain; verifiers keep trusting the pool's bundle alone.
+        chain = intermediate.pem
     return IssuedCertificate(
-        certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode(),
+        certificate_pem=certificate.public_bytes(serialization.Encoding.PEM).decode() + chain,
         ca_certificates_pem=pool_ca.bundle_pem,
         expires_at=not_after,
         serial=format(serial, "x"),

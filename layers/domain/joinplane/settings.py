@@ -25,6 +25,13 @@ class Settings(NamedTuple):
     # Where the AWS IAM join forwards its signed GetCallerIdentity (template parameter
     # StsEndpointUrl): "" sends each to the allow-listed STS host it was signed for (joinplane.aws_iam).
     sts_endpoint_url: str = ""
+    # Who signs machine certificates (template parameter SigningMode, docs/pki.md): "kms", the pool
+    # CA's KMS key signs each one; "intermediate", it signs a short-lived intermediate CA per
+    # container, whose in-memory key signs them.
+    signing_mode: str = "kms"
+
+
+SIGNING_MODES = ("kms", "intermediate")
 
 
 @functools.cache
@@ -37,7 +44,15 @@ def settings() -> Settings:
         spiffe_trust_domain=os.environ.get("SPIFFE_TRUST_DOMAIN", "joinplane.internal"),
         audit_retention_days=int(os.environ.get("AUDIT_RETENTION_DAYS", "400")),
         sts_endpoint_url=os.environ.get("STS_ENDPOINT_URL", ""),
+        signing_mode=_signing_mode(os.environ.get("SIGNING_MODE") or "kms"),
     )
+
+
+def _signing_mode(value: str) -> str:
+    # The template allows only these; anything else is a broken deployment, told at first use.
+    if value not in SIGNING_MODES:
+        raise ValueError(f"SIGNING_MODE must be one of {', '.join(SIGNING_MODES)}, not {value!r}")
+    return value
 
 
 container.on_reset(settings.cache_clear)
