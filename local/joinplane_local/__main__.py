@@ -68,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"as a throttled API does (default: {DEFAULT_CONCURRENCY}; a function's "
         "ReservedConcurrentExecutions wins)",
     )
+    parser.add_argument(
+        "--signing-mode",
+        choices=("kms", "intermediate"),
+        default=os.environ.get("JOINPLANE_SIGNING_MODE") or None,
+        help="the SigningMode parameter ($JOINPLANE_SIGNING_MODE): kms, the pool CA's KMS key signs each "
+        "certificate (default); intermediate, a per-container intermediate signs them (docs/pki.md)",
+    )
     webhook = parser.add_argument_group(
         "webhook",
         "each new pending join request POSTed to a URL, as the template's API destination does "
@@ -111,9 +118,10 @@ WEBHOOK_PARAMETERS = {
 
 def template_parameters(args: argparse.Namespace) -> dict[str, str]:
     """The template parameters the options set; without a URL there is no webhook to configure."""
+    chosen = {"SigningMode": args.signing_mode} if args.signing_mode else {}
     if not args.webhook_url:
-        return {}
-    return {
+        return chosen
+    return chosen | {
         parameter: str(getattr(args, option))
         for option, parameter in WEBHOOK_PARAMETERS.items()
         if getattr(args, option) is not None
