@@ -27,7 +27,7 @@ DIALECTS = {"http", "operator_api", "join_wire", "clusters.sylve_wire"}
 # Decisions over facts handed to them: no clock, no AWS, no table.
 PURE = {"join_decide", "attestors", "aws_rules", "grants", "hardware", "clusters.inventory"}
 # The certificate code: the only modules that import `cryptography` when they are imported.
-CERTIFICATE_CODE = {"ca", "ca_keys", "csr_checks", "machine_certificates"}
+CERTIFICATE_CODE = {"ca", "ca_keys", "csr_checks", "intermediates", "machine_certificates"}
 
 
 @dataclass(frozen=True)

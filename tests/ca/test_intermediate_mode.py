@@ -22,6 +22,7 @@ from joinplane import aws, ca, clock, container, crl, csr_checks, intermediates,
 from joinplane.dal import dynamo
 from joinplane.dal import intermediates as intermediates_db
 from joinplane.dal.pools import pool_key
+from tests.support import call
 from tests.support.csr import Csrs, openssl
 
 TENANT, SITE = "acme", "s1"
@@ -237,14 +238,28 @@ def test_the_intermediate_cannot_sign_a_ca(
 
 
 def test_an_emergency_rotation_puts_the_retired_cas_intermediates_on_its_crl(
-    intermediate_mode: None, csrs: Csrs, pool: str, tmp_path: Path
+    intermediate_mode: None, csrs: Csrs, admin_key: str, tmp_path: Path
 ) -> None:
-    # Given a machine certificate from this container's intermediate
+    # Given a pool made over the operator API and a machine certificate from this container's intermediate
+    pool = f"pool-{uuid.uuid4().hex[:8]}"
+    made = call(
+        "/api/compute/pools/create",
+        {"tenantId": TENANT, "poolId": pool, "siteId": SITE, "name": "GPU", "workspaceId": "w"},
+        admin_key,
+    )
+    assert made.status == 200, made.body
     issued = issue(csrs, pool)
     _, intermediate = certificates(issued.certificate_pem)
-    # When the pool's CA is rotated in an emergency (a key is suspected)
-    ca.rotate(TENANT, SITE, pool, by="jpk_admin", propagation_seconds=3600, emergency=True)
-    # Then the retired CA's CRL lists the intermediate
+    # When the operator rotates the pool's CA in an emergency (a key is suspected)
+    rotated = call(
+        "/api/compute/certificateAuthorities/rotate",
+        {"tenantId": TENANT, "poolId": pool, "emergency": True},
+        admin_key,
+    )
+    # Then the answer says the intermediate was revoked, and what that breaks
+    assert rotated.status == 200, rotated.body
+    assert "1 unexpired intermediate(s) are listed on its CRL" in rotated.body["breaks"]
+    # And the retired CA's CRL lists the intermediate
     listed = x509.load_der_x509_crl(crl.served(issued.ca_id).der)
     assert listed.get_revoked_certificate_by_serial_number(intermediate.serial_number) is not None
     # And a verifier checking the chain's CRLs refuses the machine certificate it signed

@@ -87,6 +87,11 @@ def rotate(principal: Principal, request: Rotate, base_url: str = "") -> views.C
     )
     answer = _view(rotated, base_url)
     if request.emergency and rotated.active.previous_ca_id:
+        # A key is suspected, and a container's in-memory intermediate is a key: every intermediate
+        # the retired CA signed goes on its CRL (docs/pki.md, "Signing modes").
+        from joinplane import intermediates
+
+        revoked = intermediates.revoke_all_of(rotated.active.previous_ca_id)
         answer["breaks"] = (
             f"CA {rotated.active.ca_id} signs from now on without having been published: a verifier "
             f"holding a bundle fetched before {rotated.active.created_at} rejects every certificate "
@@ -94,6 +99,11 @@ def rotate(principal: Principal, request: Rotate, base_url: str = "") -> views.C
             f"of CA {rotated.active.previous_ca_id} still verify: it stays in the bundle until they "
             "expire; revoke the machines it should no longer vouch for."
         )
+        if revoked:
+            answer["breaks"] += (
+                f" Its {revoked} unexpired intermediate(s) are listed on its CRL: certificates they "
+                "signed (the last two hours') fail CRL checks until their machines renew."
+            )
     return answer
 
 

@@ -64,6 +64,7 @@ BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + 
 FIRST_CA_CREATOR = "join"
 # Who activates a prepared CA whose propagation period has ended (its first use after it).
 SCHEDULE = "schedule"
+_PATH_LENGTH = {"kms": 0, "intermediate": 1}
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -311,8 +312,6 @@ def rotate(
                 stored = fresh
                 continue
             _cache.pop((tenant_id, pool_id), None)
-            if emergency:
-                _revoke_intermediates(replaced)
             fresh = authorities_db.read(tenant_id, pool_id)
             assert fresh is not None
             return fresh
@@ -325,28 +324,6 @@ def rotate(
         schedule_key_deletion(candidate.key_id)
         raise
     raise AssertionError("unreachable: attempts() raises when exhausted")
-
-
-def _revoke_intermediates(ca_id: str) -> None:
-    """After an emergency rotation (a key is suspected, maybe a container's): every intermediate the
-    retired CA signed that has not expired goes on its CRL, so a key taken from a container's memory
-    is refused by every verifier that checks the pool CA's CRL. None can be added after this: an
-    intermediate is recorded only while its CA is active. Best effort: the rotation has committed;
-    a failure is logged as a warning, and what was not listed expires within two hours (docs/pki.md)."""
-    from joinplane import crl, observe
-    from joinplane.dal import intermediates as intermediates_db
-
-    now = clock.now()
-    try:
-        if intermediates_db.revoke_unexpired(ca_id, clock.seconds(now), clock.rfc3339(now)):
-            crl.refresh(ca_id)
-    except Exception as failure:
-        observe.log(
-            "WARNING",
-            "the intermediates of a CA retired in an emergency could not all be revoked",
-            caId=ca_id,
-            error=type(failure).__name__,
-        )
 
 
 def activate(tenant_id: str, pool_id: str, *, by: str, ca_id: str | None = None) -> Authorities:
@@ -419,7 +396,10 @@ def _new_ca(
         .serial_number(serial_number())
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=_path_length()), critical=True)
+        # pathlen 0 unless the intermediate mode needs its one level (docs/pki.md, "Signing modes").
+        .add_extension(
+            x509.BasicConstraints(ca=True, path_length=_PATH_LENGTH[settings().signing_mode]), critical=True
+        )
         .add_extension(ca_key_usage(), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
@@ -443,13 +423,6 @@ def _new_ca(
         previous_ca_id=previous_ca_id,
         activates_at=None if activates_at is None else clock.seconds(activates_at),
     )
-
-
-def _path_length() -> int:
-    """0 when the KMS key signs every machine certificate: a CA certificate its key signed (by
-    mistake, or by whoever took over a function) would be refused by every verifier. 1 in the
-    `intermediate` mode, which puts one per-container intermediate CA between it and the machines."""
-    return 1 if settings().signing_mode == "intermediate" else 0
 
 
 def _ca_name(tenant_id: str, pool_id: str, ca_id: str) -> x509.Name:

@@ -207,6 +207,31 @@ def sign(intermediate: Intermediate, builder: x509.CertificateBuilder) -> x509.C
     return builder.sign(intermediate.key, hashes.SHA256())
 
 
+def revoke_all_of(ca_id: str) -> int:
+    """After an emergency rotation (a key is suspected, and a container's memory holds one): every
+    intermediate the retired CA signed that has not expired goes on its CRL, re-signed now, so a key
+    taken from a container's memory is refused by every verifier that checks the pool CA's CRL.
+    None can be added after this: an intermediate is recorded only while its CA is active. Best
+    effort, since the rotation has committed: a failure is logged as a warning (0), and what was not
+    listed expires within INTERMEDIATE_VALIDITY. How many were listed."""
+    from joinplane import crl, observe
+
+    now = clock.now()
+    try:
+        listed = intermediates_db.revoke_unexpired(ca_id, clock.seconds(now), clock.rfc3339(now))
+        if listed:
+            crl.refresh(ca_id)
+    except Exception as failure:
+        observe.log(
+            "WARNING",
+            "the intermediates of a CA retired in an emergency could not all be revoked",
+            caId=ca_id,
+            error=type(failure).__name__,
+        )
+        return 0
+    return listed
+
+
 def _container_name() -> str:
     # Where the container's own logs are: the audit trail's way from an intermediate to what it did.
     function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "")
