@@ -19,9 +19,11 @@ from cryptography.x509 import verification
 from cryptography.x509.oid import NameOID
 
 from joinplane import aws, ca, clock, container, crl, csr_checks, intermediates, machine_certificates
+from joinplane.dal import authorities as authorities_db
 from joinplane.dal import dynamo
 from joinplane.dal import intermediates as intermediates_db
 from joinplane.dal.pools import pool_key
+from joinplane.errors import Internal
 from tests.support import call
 from tests.support.csr import Csrs, openssl
 
@@ -309,15 +311,14 @@ def test_a_pool_ca_made_in_the_kms_mode_keeps_signing_in_kms(
     assert all(len(certificates(i.certificate_pem)) == 1 for i in issued)
 
 
-def test_an_unknown_signing_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a deployment whose SIGNING_MODE is neither kms nor intermediate
+def test_an_unknown_signing_mode_fails_issuance_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, csrs: Csrs, pool: str
+) -> None:
+    # Given a deployment whose SIGNING_MODE was hand-edited to neither kms nor intermediate
     monkeypatch.setenv("SIGNING_MODE", "hsm")
     container.reset(keep_clients=True)
-    from joinplane.settings import settings
-
-    # Then reading the settings says which values it takes
-    with pytest.raises(ValueError, match="kms, intermediate"):
-        settings()
-    monkeypatch.delenv("SIGNING_MODE")
-    container.reset(keep_clients=True)
-    assert settings().signing_mode == "kms"
+    # When a certificate is asked for
+    # Then it is refused as the deployment's fault, naming the values it takes, and no CA is made
+    with pytest.raises(Internal, match="must be one of kms, intermediate"):
+        issue(csrs, pool)
+    assert authorities_db.read(TENANT, pool) is None

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from joinplane import clock, container, deadline, ids, spiffe
+from joinplane import ca_keys, clock, container, deadline, ids, spiffe
 from joinplane.ca_keys import create_key, kms_public_key, schedule_key_deletion, sign_certificate
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal.authorities import Authorities, CertificateAuthorityRecord
@@ -64,7 +64,6 @@ BUNDLE_GRACE_SECONDS = MAX_LIFETIME_SECONDS + int(CLOCK_SKEW.total_seconds()) + 
 FIRST_CA_CREATOR = "join"
 # Who activates a prepared CA whose propagation period has ended (its first use after it).
 SCHEDULE = "schedule"
-_PATH_LENGTH = {"kms": 0, "intermediate": 1}
 
 _TENANT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -384,6 +383,8 @@ def _new_ca(
     """A new KMS key and its self-signed CA certificate (not yet stored): active, or prepared until
     `activates_at` when given."""
     ca_id = ids.new_id("ca")
+    # pathlen 0 unless the intermediate mode needs its one level (docs/pki.md, "Signing modes").
+    path_length = 1 if ca_keys.intermediate_mode() else 0
     key_id = create_key(ca_id, tenant_id, pool_id)
     public_key = kms_public_key(key_id)
     now = clock.now().replace(microsecond=0)
@@ -396,10 +397,7 @@ def _new_ca(
         .serial_number(serial_number())
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + CA_VALIDITY)
-        # pathlen 0 unless the intermediate mode needs its one level (docs/pki.md, "Signing modes").
-        .add_extension(
-            x509.BasicConstraints(ca=True, path_length=_PATH_LENGTH[settings().signing_mode]), critical=True
-        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(ca_key_usage(), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )

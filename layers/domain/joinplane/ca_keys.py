@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from joinplane import aws, clock, der
 from joinplane.dal import ca_retention
 from joinplane.errors import Internal, Unavailable
-from joinplane.settings import settings
+from joinplane.settings import SIGNING_MODES, settings
 
 # Real KMS signs RAW messages of at most 4096 bytes.
 MAX_TBS_BYTES = 4096
@@ -75,6 +75,19 @@ def sign_certificate(
     except (ValueError, InvalidSignature) as failure:
         raise Internal(f"the certificate KMS key {key_id} signed does not verify") from failure
     return certificate
+
+
+def intermediate_mode() -> bool:
+    """Whether machine certificates are signed by a per-container intermediate (SIGNING_MODE
+    `intermediate`) rather than one by one in KMS (`kms`). INTERNAL for anything else: the
+    template's AllowedValues stop it at deploy time, and a hand-edited environment fails issuance
+    rather than every function."""
+    mode = settings().signing_mode
+    if mode not in SIGNING_MODES:
+        raise Internal(
+            f"the deployment's SIGNING_MODE is {mode!r}: it must be one of {', '.join(SIGNING_MODES)}"
+        )
+    return mode == "intermediate"
 
 
 def create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:

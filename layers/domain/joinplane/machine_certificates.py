@@ -29,9 +29,8 @@ from joinplane.ca import (
     serial_number,
     spiffe_id,
 )
-from joinplane.ca_keys import sign_certificate
+from joinplane.ca_keys import intermediate_mode, sign_certificate
 from joinplane.errors import POOL_CA_EXPIRED, FailedPrecondition, InvalidArgument, Unavailable
-from joinplane.settings import settings
 
 if TYPE_CHECKING:
     from joinplane.csr_checks import Csr
@@ -82,7 +81,7 @@ def _issue(
     pool_id = active.pool_id
     crl = crl_url(crl_base_url, active.ca_id) if crl_base_url else ""
     intermediate = None
-    if settings().signing_mode == "intermediate" and intermediates.can_sign_below(pool_ca):
+    if intermediate_mode() and intermediates.can_sign_below(pool_ca):
         intermediate = intermediates.current(pool_ca, crl)
 
     # X.509 times have whole seconds; truncating here makes expires_at equal the certificate's.
