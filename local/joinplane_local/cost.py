@@ -486,17 +486,18 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     started = time.monotonic()
     results: dict[str, list[Measured]] = {}
-    for mode in options.signing_mode or SIGNING_MODES:
-        meter = Meter()
-        meter.install()
-        try:
+    # One meter: its hook on every AWS client made stays registered for the process.
+    meter = Meter()
+    meter.install()
+    try:
+        for mode in options.signing_mode or SIGNING_MODES:
             with start_runtime(port=0, log=io.StringIO(), parameters={"SigningMode": mode}) as runtime:
                 meter.attach(runtime)
                 results[mode] = measure(
                     Flows(runtime), meter, options.repeat, set(options.flow) if options.flow else None
                 )
-        finally:
-            meter.uninstall()
+    finally:
+        meter.uninstall()
     for mode, measured in results.items():
         print(f"## Signing mode `{mode}`: {MODE_TITLES[mode]}\n")
         for result in measured:

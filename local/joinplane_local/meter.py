@@ -133,7 +133,9 @@ class Meter:
             self._stdout = None
 
     def attach(self, runtime: Any) -> None:
-        """The runtime's functions and gateway report to this meter."""
+        """The runtime's functions and gateway report to this meter (one runtime after another: each
+        `make cost` signing mode has its own, on an emulator of its own)."""
+        self._reader, self._schemas = None, {}
         runtime.functions.invocation_hooks.append(self._invocation)
         runtime.gateway.request_hooks.append(self._request)
         settings = runtime.template.document["Resources"]

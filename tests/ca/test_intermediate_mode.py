@@ -5,11 +5,14 @@ would check what a machine presents (its certificate followed by the intermediat
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from cryptography import x509
@@ -24,8 +27,10 @@ from joinplane.dal import dynamo
 from joinplane.dal import intermediates as intermediates_db
 from joinplane.dal.pools import pool_key
 from joinplane.errors import Internal
-from tests.support import call
+from tests.support import call, join, openssl_csr
+from tests.support.crl import get_crl
 from tests.support.csr import Csrs, openssl
+from tests.support.http import sign_proof
 
 TENANT, SITE = "acme", "s1"
 BASE_URL = "https://api.example.com"
@@ -139,15 +144,83 @@ def crl_url_of(certificate: x509.Certificate) -> str:
 
 
 def fetched_crls(directory: Path, *named_by: x509.Certificate) -> list[str]:
-    """`-crl_check_all` and a -CRLfile for each CRL the certificates name, served by `GET /crl/<id>`."""
+    """`-crl_check_all` and a -CRLfile for each CRL the certificates name, fetched from the route
+    that serves them (`GET /crl/<id>`, as API Gateway delivers it)."""
     directory.mkdir(parents=True, exist_ok=True)
     arguments = ["-crl_check_all"]
     for n, certificate in enumerate(named_by):
-        served = crl.served(crl_url_of(certificate).rsplit("/", 1)[1])
+        answer = get_crl(urlsplit(crl_url_of(certificate)).path)
+        assert answer["statusCode"] == 200, answer
         path = directory / f"crl{n}.pem"
-        path.write_bytes(x509.load_der_x509_crl(served.der).public_bytes(serialization.Encoding.PEM))
+        der = base64.b64decode(answer["body"])
+        path.write_bytes(x509.load_der_x509_crl(der).public_bytes(serialization.Encoding.PEM))
         arguments += ["-CRLfile", str(path)]
     return arguments
+
+
+def test_a_machine_joins_renews_and_is_revoked_over_the_api_in_the_intermediate_mode(
+    intermediate_mode: None, admin_key: str, tmp_path: Path, kms_signs: list[str]
+) -> None:
+    # Given a pool and a token made over the operator API, and a machine already joined (this
+    # container's intermediate made)
+    pool = f"pool-{uuid.uuid4().hex[:8]}"
+    made = call(
+        "/api/compute/pools/create",
+        {"tenantId": TENANT, "poolId": pool, "siteId": SITE, "name": "GPU", "workspaceId": "w"},
+        admin_key,
+    )
+    assert made.status == 200, made.body
+    token = call(
+        "/api/compute/joinTokens/create", {"tenantId": TENANT, "poolId": pool, "maxUses": 5}, admin_key
+    )
+    assert token.status == 200, token.body
+    joined = [
+        join({"joinToken": token.body["token"], "csr": openssl_csr(tmp_path / f"m{n}", "/CN=m")})
+        for n in (0, 1)
+    ]
+    assert all(reply.status == 200 for reply in joined), joined
+    machine = joined[1].body
+    kms_signs.clear()
+    # When the machine renews with the same key
+    body = {"machineToken": machine["machineToken"], "csr": (tmp_path / "m1" / "csr.pem").read_text()}
+    proof = sign_proof(
+        tmp_path / "m1" / "key.pem",
+        purpose="renew",
+        credential=machine["machineToken"],
+        body=json.dumps(body).encode(),
+    )
+    renewed = join(body, path="/machines/renew", proof=proof)
+    # Then it gets a certificate signed in memory (no KMS call), followed by its intermediate
+    assert renewed.status == 200, renewed.body
+    assert kms_signs == []
+    leaf, intermediate = certificates(renewed.body["certificate"])
+    assert renewed.body["certificateExpiresAt"] == clock.rfc3339(leaf.not_valid_after_utc)
+    # And a verifier holding the bundle and checking every CRL of the path accepts it
+    crls = fetched_crls(tmp_path / "renewed", leaf, intermediate)
+    verified = openssl_verify(
+        tmp_path / "renewed", renewed.body["caCertificates"], renewed.body["certificate"], *crls
+    )
+    assert ": OK" in verified, verified
+    # When the operator revokes the machine
+    revoked = call(
+        "/api/compute/machines/revoke", {"tenantId": TENANT, "machineId": machine["machineId"]}, admin_key
+    )
+    assert revoked.status == 200, revoked.body
+    # Then its renewal is refused at once
+    proof = sign_proof(
+        tmp_path / "m1" / "key.pem",
+        purpose="renew",
+        credential=machine["machineToken"],
+        body=json.dumps(body).encode(),
+    )
+    assert join(body, path="/machines/renew", proof=proof).status != 200
+    # But the certificate it holds still verifies with every CRL of its path until it expires (at
+    # most two hours): nobody holds its intermediate's key to list it (docs/pki.md says so)
+    crls = fetched_crls(tmp_path / "revoked", leaf, intermediate)
+    verified = openssl_verify(
+        tmp_path / "revoked", renewed.body["caCertificates"], renewed.body["certificate"], *crls
+    )
+    assert ": OK" in verified, verified
 
 
 def test_a_container_signs_many_certificates_with_one_kms_sign(
