@@ -127,6 +127,11 @@ class ServerClock:
     _last_ms = 0
 
     @classmethod
+    def restart(cls) -> None:
+        """A new runtime's clock is the real time again: so are its machines' clocks."""
+        cls.offset, cls._last_ms = 0.0, 0
+
+    @classmethod
     def proof_ms(cls) -> int:
         cls._last_ms = max(int((time.time() + cls.offset) * 1000), cls._last_ms + 1)
         return cls._last_ms
@@ -194,6 +199,7 @@ class Flows:
 
     def __init__(self, runtime: Runtime) -> None:
         assert runtime.admin_key is not None and runtime.dev is not None
+        ServerClock.restart()
         self.runtime = runtime
         self.url = runtime.url
         self.tenant, self.pool = runtime.dev.tenant, runtime.dev.pool
