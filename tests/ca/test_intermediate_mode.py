@@ -395,3 +395,21 @@ def test_an_unknown_signing_mode_fails_issuance_and_nothing_else(
     with pytest.raises(Internal, match="must be one of kms, intermediate"):
         issue(csrs, pool)
     assert authorities_db.read(TENANT, pool) is None
+
+
+def test_an_intermediates_crl_is_served_while_it_lives_and_unknown_ones_are_not_found(
+    intermediate_mode: None, csrs: Csrs, pool: str
+) -> None:
+    # Given an intermediate's CRL, named by the certificate it signed
+    leaf, _ = certificates(issue(csrs, pool).certificate_pem)
+    path = urlsplit(crl_url_of(leaf)).path
+    # Then it is served, cacheable no longer than the intermediate lives
+    answer = get_crl(path)
+    assert answer["statusCode"] == 200 and answer["headers"]["cache-control"] == "public, max-age=300"
+    # And an intermediate id that was never made, or a forged one, is NOT_FOUND
+    assert get_crl(f"/crl/int_{'0' * 26}")["statusCode"] == 404
+    assert get_crl("/crl/int_../../etc")["statusCode"] == 404
+    # When the intermediate has expired
+    clock.advance(intermediates.INTERMEDIATE_VALIDITY.total_seconds() + 1)
+    # Then its CRL is gone too: nothing it signed can verify any more
+    assert get_crl(path)["statusCode"] == 404

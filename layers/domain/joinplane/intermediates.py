@@ -194,14 +194,6 @@ def _crl(intermediate: Intermediate) -> bytes:
     return built.public_bytes(serialization.Encoding.DER)
 
 
-def crl_der(intermediate_id: str) -> bytes | None:
-    """The stored CRL of an intermediate that has not expired, or None."""
-    found = intermediates_db.get(intermediate_id)
-    if found is None or found.not_after <= clock.seconds(clock.now()):
-        return None
-    return found.crl_der
-
-
 def sign(intermediate: Intermediate, builder: x509.CertificateBuilder) -> x509.Certificate:
     """`builder`'s certificate signed in memory by the intermediate's key (no AWS call)."""
     return builder.sign(intermediate.key, hashes.SHA256())
