@@ -118,16 +118,21 @@ class Meter:
         self._stdout: TextIO | None = None
         self._access_log_format: str | None = None
         self.architecture = dict(architecture or {})
+        # Its client hook cannot be taken back (joinplane.aws.on_client): once uninstalled, a meter
+        # leaves the calls of later runtimes to the meter installed after it.
+        self._installed = False
 
     # --- installing ---
 
     def install(self) -> None:
         """Meter every client made from now on (call before the runtime starts) and stdout."""
         aws.on_client(self._hook)
+        self._installed = True
         self._stdout = sys.stdout
         sys.stdout = _CountingStdout(self, sys.stdout)
 
     def uninstall(self) -> None:
+        self._installed = False
         if self._stdout is not None:
             sys.stdout = self._stdout
             self._stdout = None
@@ -256,7 +261,7 @@ class Meter:
 
     def _before(self, params: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         invocation = _current.get()
-        if invocation is None:
+        if invocation is None or not self._installed:
             return
         started = time.perf_counter()
         context["joinplane_meter"] = (dict(params), self._snapshot(model.name, params))
@@ -265,6 +270,8 @@ class Meter:
         context["joinplane_meter_sent"] = sent
 
     def _after(self, parsed: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+        if not self._installed:
+            return
         invocation = _current.get()
         held = context.pop("joinplane_meter", None)
         if invocation is None or held is None:

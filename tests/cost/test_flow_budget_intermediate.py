@@ -19,7 +19,6 @@ from joinplane import intermediates
 from joinplane_local.cost import Flows, Lines, measure_once
 from joinplane_local.meter import Meter
 from joinplane_local.runtime import start_runtime
-from tests.cost.test_flow_budget import calls, touched
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +36,20 @@ def measured() -> Iterator[dict[str, Lines]]:
             yield warm | {"admitMakingAnIntermediate": measure_once(flows, meter, ["admit"])["admit"]}
     finally:
         meter.uninstall()
+
+
+def calls(lines: Lines) -> Counter[str]:
+    """Each AWS call by its line, as test_flow_budget counts them (log lines left out)."""
+    counted: Counter[str] = Counter()
+    for charge in lines.charges:
+        if charge.service != "CloudWatch Logs":
+            counted[f"{charge.service} {charge.line}"] += charge.calls
+    return counted
+
+
+def touched(lines: Lines) -> set[str]:
+    """The DynamoDB items (by key prefix) and index entries each call read or wrote."""
+    return {name for charge in lines.charges if charge.service == "DynamoDB" for name in charge.detail}
 
 
 def kms(lines: Lines) -> Counter[str]:

@@ -3,7 +3,8 @@
 Everything in the certificate but the key is decided here (subject, SPIFFE ID, key usage,
 lifetime, CRL distribution point), never taken from the CSR (joinplane.csr_checks). The pool's CA
 and its bundle come from joinplane.ca, the signature from its KMS key (joinplane.ca_keys): a warm
-issuance makes one KMS call (Sign) and nothing else.
+issuance makes one KMS call (Sign) and nothing else. In the `intermediate` signing mode the
+container's intermediate signs instead (joinplane.intermediates): a warm issuance makes no AWS call.
 """
 
 from __future__ import annotations
