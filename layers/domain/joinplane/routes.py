@@ -406,8 +406,10 @@ ROUTES: tuple[Route, ...] = (
         description="The CRL (RFC 5280, DER) of CA `caId`, signed by that CA's KMS key: the serials of "
         "its unexpired certificates of revoked machines, and of certificates a key-rotating renewal "
         "replaced (reason `superseded`). Every machine certificate's CRL distribution point names this "
-        "URL. nextUpdate is 3 days out; rebuilt after a day or when a machine is revoked. No "
-        "credentials: a CRL is public and signed. See docs/pki.md.",
+        "URL. nextUpdate is 3 days out; rebuilt after a day or when a machine is revoked. With the "
+        "`intermediate` signing mode, `int_...` names a per-container intermediate: its CRL, signed "
+        "once when it was made and empty, until it expires. No credentials: a CRL is public and "
+        "signed. See docs/pki.md.",
         example={"caId": "ca_01m8nz6smg0chzvz0b58z6hma5"},
     ),
     # A pool's bundle (PEM), named by any CA the pool has had: verifiers fetch it without credentials.

@@ -14,7 +14,7 @@ _ANSWERS = {
     "certificateAuthorities.crl": (
         "application/pkix-crl",
         "The CRL. `Cache-Control: public, max-age=<at most 300>`.",
-        "NOT_FOUND: no CA by that id (or one that has not signed yet)",
+        "NOT_FOUND: no CA by that id (or one that has not signed yet), or no unexpired intermediate",
     ),
     "certificateAuthorities.bundle": (
         "application/pem-certificate-chain",
@@ -22,6 +22,11 @@ _ANSWERS = {
         "NOT_FOUND: no CA by that id (or a certificate request's)",
     ),
 }
+
+
+# Whose id the path names: a CA's, or, for a CRL, also a per-container intermediate's (the
+# intermediate signing mode: docs/pki.md).
+_PREFIXES = {"certificateAuthorities.crl": "(ca|int)", "certificateAuthorities.bundle": "ca"}
 
 
 def operation(route: Route) -> Schema:
@@ -44,7 +49,10 @@ def operation(route: Route) -> Schema:
                     "name": "caId",
                     "in": "path",
                     "required": True,
-                    "schema": {"type": "string", "pattern": f"^ca_{ecma(ids.ULID_PATTERN)}$"},
+                    "schema": {
+                        "type": "string",
+                        "pattern": f"^{_PREFIXES[route.operation]}_{ecma(ids.ULID_PATTERN)}$",
+                    },
                     "example": copy.deepcopy(route.example["caId"]),
                 }
             ],
