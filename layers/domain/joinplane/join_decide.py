@@ -137,7 +137,6 @@ def retry_after(request: JoinRequestRecord, now: datetime) -> int:
     return int(min(RETRY_AFTER_MAX_SECONDS, max(RETRY_AFTER_MIN_SECONDS, waited // 4)))
 
 
-
 def preflight(checks: Iterable[PreflightCheckLike]) -> Refuse | None:
     """A failed `fatal` check refuses the join before anything is decided (an `error` check only
     makes the machine unschedulable), naming every fatal check that failed."""
