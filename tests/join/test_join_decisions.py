@@ -687,13 +687,13 @@ ROWS = [
         [INSTANCE, ""],
     ),
     Row(
-        "retry after: a request waiting under 2 minutes is asked again in 30 s",
-        lambda: [join_decide.retry_after(waited(s), NOW) for s in (0, 119)],
+        "retry after: a request waiting under a minute is asked again in 30 s",
+        lambda: [join_decide.retry_after(waited(s), NOW) for s in (0, 61)],
         [30, 30],
     ),
     Row(
-        "retry after: then a quarter of the wait, never more than 5 minutes",
-        lambda: [join_decide.retry_after(waited(s), NOW) for s in (600, 1199, 1200, 86_400)],
+        "retry after: then half the wait, never more than 5 minutes",
+        lambda: [join_decide.retry_after(waited(s), NOW) for s in (300, 599, 600, 86_400)],
         [150, 299, 300, 300],
     ),
     Row(
