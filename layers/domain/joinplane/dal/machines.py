@@ -30,12 +30,6 @@ PROOF_MARK = "proofAt"
 Claim = tuple[str, str]  # (kind, value): ("serial", "ABC123") or ("uuid", "…")
 
 
-# Set by the one write of a machine that publishes no event (a renewal that keeps the key), so the
-# event publisher's stream mapping drops its record unread (template.yaml's filter); every other
-# update of a machine removes it, and a Put never writes it.
-NO_EVENT = "noEvent"
-
-
 def machine_key(machine_id: str) -> tuple[str, str]:
     return f"MACHINE#{machine_id}", "MACHINE"
 
@@ -543,16 +537,15 @@ def revoke(
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
-            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason "
-            f"REMOVE {NO_EVENT}",
+            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :why REMOVE #q",
             condition="#state = :active AND " + as_read,
-            names={"#state": "state"},
+            names={"#state": "state", "#q": items.NO_EVENT},
             values={
                 ":revoked": "revoked",
                 ":active": "active",
                 ":now": clock.rfc3339(now),
                 ":by": by,
-                ":reason": reason,
+                ":why": reason,
                 **read_values,
             },
             name="machine",
