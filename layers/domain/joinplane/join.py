@@ -137,16 +137,6 @@ def issue_certificate(
     )
 
 
-def _worker_image(pool: PoolRecord, baseline: str | None, sent: str) -> tuple[str, str | None]:
-    """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
-    follows the pool's current image, anything else is pinned and handed back as sent."""
-    if baseline is None and sent:
-        baseline = sent
-    if not sent or sent == baseline:
-        return pool.worker_image, baseline
-    return sent, baseline
-
-
 def _admitted(
     pool: PoolRecord, machine_id: str, token: str, cert: Certificate, image: str, schedulable: bool
 ) -> Response:
@@ -315,7 +305,7 @@ def _commit_fresh(
         machine_id = ids.new_id(machines.ID_PREFIX)
         secret = machines.mint_token(machine_id)
         cert = issue_certificate(attempt.csr, pool, machine_id)
-        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(pool, None, attempt.request.workerImage)
         claims = join_facts.hardware_claims(attempt.request) + join_facts.ek_claims(attempt)
         req = None  # a deferral a policy rule approved: its request, consumed by this machine
         if isinstance(decided, AdmitByPolicy):
@@ -387,7 +377,7 @@ def _consume(attempt: Attempt, record: IdentityRecord, request: JoinRequestRecor
         # From the pool as read on this attempt: a pool changed since the cache was filled fails the
         # pool check and is read again, so no machine leaves with the old pool's settings.
         cert = issue_certificate(attempt.csr, pool, machine_id)
-        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(pool, None, attempt.request.workerImage)
         machine = _new_machine(
             attempt, pool, machine_id, secret, cert, baseline, claims, request.request_id, tpm
         )
@@ -444,7 +434,9 @@ def _rejoin(attempt: Attempt, record: IdentityRecord, machine: MachineRecord) ->
         claims.append(("ek", tpm.ek_public_key_sha256))
     for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         cert = issue_certificate(attempt.csr, pool, machine.machine_id)
-        image, baseline = _worker_image(pool, machine.worker_image_baseline, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(
+            pool, machine.worker_image_baseline, attempt.request.workerImage
+        )
         renewed = machine._replace(
             machine_token_sha256=credentials.digest(secret),
             certificate_serial=cert.serial or None,

@@ -156,6 +156,16 @@ def schedulable(requested: bool, checks: Iterable[PreflightCheckLike]) -> bool:
     return requested and not any(not c.ok and c.severity.lower() == "error" for c in checks)
 
 
+def worker_image(pool: PoolRecord, baseline: str | None, sent: str) -> tuple[str, str | None]:
+    """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
+    follows the pool's current image, anything else is pinned and handed back as sent."""
+    if baseline is None and sent:
+        baseline = sent
+    if not sent or sent == baseline:
+        return pool.worker_image, baseline
+    return sent, baseline
+
+
 def pool_usable(pool: PoolRecord | None) -> Refuse | None:
     """Joins, retries and re-joins need the token's pool to exist and be active."""
     if pool is None:
