@@ -358,7 +358,9 @@ def pools_command(p: Parents) -> None:
         metavar="N",
         help="simulate the N newest requests and the N newest machines (1 to 200, server default 200)",
     )
-    simulate.add_argument("--changed", action="store_true", help="list only the joins whose outcome would change")
+    simulate.add_argument(
+        "--changed", action="store_true", help="list only the joins whose outcome would change"
+    )
     pools.set_defaults(handler=_pools)
 
 

@@ -29,7 +29,8 @@ def read_policy(path: str) -> list[Any]:
         document = document["joinPolicy"]
     if not isinstance(document, list):
         raise CliError(
-            f'--policy {path} must hold a JSON list of rules ([{{"name", "when", "decision", "reason"}}, ...])',
+            f"--policy {path} must hold a JSON list of rules "
+            '([{"name", "when", "decision", "reason"}, ...])',
             Exit.USAGE,
         )
     return document

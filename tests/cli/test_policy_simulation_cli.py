@@ -32,8 +32,12 @@ def test_an_operator_tries_a_draft_policy_on_the_pools_joins(cli: Cli, tmp_path:
     # Then the deferred join is shown with what the draft would do, and the counts
     [line] = [line for line in table.out.splitlines() if request_id in line]
     assert "deferred" in line and "admit" in line and "everyone" in line and "CHANGE" in line
-    assert "1 joins: 1 would be admitted, 0 deferred, 0 denied; 1 would change (1 deferred → admit" in table.out
-    assert [(i["id"], i["decision"], i["rule"]) for i in as_json["items"]] == [(request_id, "admit", "everyone")]
+    assert (
+        "1 joins: 1 would be admitted, 0 deferred, 0 denied; 1 would change (1 deferred → admit" in table.out
+    )
+    assert [(i["id"], i["decision"], i["rule"]) for i in as_json["items"]] == [
+        (request_id, "admit", "everyone")
+    ]
     assert as_json["counts"]["deferredWouldAdmit"] == 1
 
 

@@ -14,9 +14,24 @@ SIMULATE = "/api/compute/pools/simulatePolicy"
 
 # One rule of each decision, and one whose evaluation fails (an integer divided by zero).
 DRAFT = [
-    {"name": "gpu-rack", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve", "reason": "rack 7"},
-    {"name": "no-rogues", "when": 'request.hostname.startsWith("rogue-")', "decision": "deny", "reason": "rogue"},
-    {"name": "lab-by-hand", "when": 'request.hostname.startsWith("lab-")', "decision": "defer", "reason": "lab"},
+    {
+        "name": "gpu-rack",
+        "when": 'request.hostname.startsWith("gpu-")',
+        "decision": "approve",
+        "reason": "rack 7",
+    },
+    {
+        "name": "no-rogues",
+        "when": 'request.hostname.startsWith("rogue-")',
+        "decision": "deny",
+        "reason": "rogue",
+    },
+    {
+        "name": "lab-by-hand",
+        "when": 'request.hostname.startsWith("lab-")',
+        "decision": "defer",
+        "reason": "lab",
+    },
     {
         "name": "broken",
         "when": 'request.hostname.startsWith("err-") && 1 / (request.gpuCount - request.gpuCount) > 0',
@@ -177,7 +192,10 @@ def test_a_key_sees_only_the_pools_it_may_read_and_must_read_their_requests_and_
     }
     # When each simulates a draft over pool gpu of tenant acme, and gets the pool
     simulated = {name: _simulate(key) for name, key in keys.items()}
-    got = {name: call("/api/compute/pools/get", {"tenantId": "acme", "poolId": "gpu"}, key) for name, key in keys.items()}
+    got = {
+        name: call("/api/compute/pools/get", {"tenantId": "acme", "poolId": "gpu"}, key)
+        for name, key in keys.items()
+    }
     absent = _simulate(keys["reader"], poolId="nope")
     # Then a pool out of the key's sight is refused as pools/get refuses it (not found for another
     # pool's key, as an absent pool is), a key that cannot read its machines is refused, and a key

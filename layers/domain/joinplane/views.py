@@ -587,20 +587,22 @@ class SimulatedJoin(TypedDict):
     hostname: str
     tokenId: str | None
     at: Annotated[Timestamp, Field(description="when the join was made (the request's or the machine's)")]
-    attestors: Annotated[
-        Decision, Field(description="what the attestors decided, as stored with the join")
-    ]
+    attestors: Annotated[Decision, Field(description="what the attestors decided, as stored with the join")]
     actual: Annotated[
         Literal["admitted", "deferred"], Field(description="what the join decided when it was made")
     ]
     state: Annotated[
         str,
-        Field(description="the request's state now (`pending`, `approved`, …) or the machine's (`active`, `revoked`)"),
+        Field(
+            description="the request's state now (`pending`, `approved`, …) "
+            "or the machine's (`active`, `revoked`)"
+        ),
     ]
     decidedBy: Annotated[str | None, Field(description="who approved or rejected the request")]
     decision: Annotated[Decision, Field(description="what the join would decide under the draft policy")]
     rule: Annotated[
-        str | None, Field(description="the rule that decided; null: no rule matched, the attestors' outcome stands")
+        str | None,
+        Field(description="the rule that decided; null: no rule matched, the attestors' outcome stands"),
     ]
     reason: Annotated[str | None, Field(description="the rule's reason, or why its evaluation failed")]
     error: Annotated[bool, Field(description="the rule's evaluation failed: the join would defer")]
