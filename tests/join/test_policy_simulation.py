@@ -226,23 +226,30 @@ def test_an_invalid_draft_is_refused_with_its_position_as_pools_update_refuses_i
 
 
 def test_the_work_is_bounded_by_the_limit_and_the_rules_count(pool, make_token, admin_key) -> None:
-    # Given a pool with three admitted machines and two deferred joins
+    # Given a pool with three admitted machines and two deferred joins, the first of which was
+    # approved and became the pool's newest machine
     plain, approval = make_token(maxUses=5)["token"], make_token(requireApproval=True, maxUses=5)["token"]
     for n in range(3):
         Joined(plain, f"cpu-{n}")
-    for n in range(2):
-        Joined(approval, f"gpu-{n}")
+    first, _ = Joined(approval, "gpu-0"), Joined(approval, "gpu-1")
+    _decide("approve", first.reply.body["joinRequest"]["requestId"], admin_key)
+    assert join(first.body).status == 200
+
     # When it is simulated with a limit of one, and with more items or rules than allowed
     one = _simulate(admin_key, limit=1)
     too_many_items = _simulate(admin_key, limit=201)
     too_many_rules = _simulate(
-        admin_key,
-        joinPolicy=[{"name": f"r{n}", "when": "true", "decision": "defer"} for n in range(1000)],
+        admin_key, joinPolicy=[{"name": f"r{n}", "when": "true", "decision": "defer"} for n in range(33)]
     )
     unknown = _simulate(admin_key, since="yesterday")
-    # Then only the newest request and the newest machine are simulated, and it says older ones exist
+
+    # Then only the newest request and the newest machine are simulated, the machine as the request
+    # it was approved from, and the answer says older joins exist
     assert one.status == 200, one.body
-    assert [i["hostname"] for i in one.body["items"]] == ["gpu-1", "cpu-2"]
+    assert [(i["hostname"], i["kind"], i["state"]) for i in one.body["items"]] == [
+        ("gpu-1", "request", "pending"),
+        ("gpu-0", "request", "consumed"),
+    ]
     assert (one.body["limit"], one.body["complete"]) == (1, False)
     # And the rest are refused as bad input
     for refused in (too_many_items, too_many_rules, unknown):

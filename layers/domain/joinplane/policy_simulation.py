@@ -1,19 +1,21 @@
-"""Simulating a draft join policy over a pool's recent joins (docs/policy.md, "Simulation").
+"""Simulating a draft join policy over a pool's recent joins (docs/policy-simulation.md).
 
-What is simulated is what is stored: each join request of the pool (a deferred join, with the
-facts the machine sent and every attestor's verdict) and each machine the attestors admitted
-without one. For each, the draft is evaluated over the same variables the join would build from
-those facts, and its outcome is combined with the attestors' stored outcome by the join's own
-function (`policy.combine`), so what the simulation says a rule does is what the rule does once
-saved. Nothing is written and no event is published: the route only reads.
+What is simulated is what is stored: each join request of the pool (a deferred join, with the facts
+the machine sent and every attestor's verdict) and each machine the attestors admitted without one.
+For each, the draft is evaluated over the variables the join would have built from those facts
+(`policy.variables`, at the time the join was made), and its outcome is combined with the
+attestors' stored outcome by the join's own function (`policy.combine`), so what the simulation
+says a rule does is what the rule does once saved. Nothing is written and no event is published.
 
-The work is bounded: at most `MAX_ITEMS` requests and `MAX_ITEMS` machines (the newest: one Query
-per request state and one for the machines, each stopped at the limit), a draft of at most the
-policy's rule limit, and each evaluation under the engine's cost limit.
+The work is bounded: at most `MAX_ITEMS` requests and `MAX_ITEMS` machines, the newest (one Query
+per request state and one for the machines, each stopped at the limit), plus BatchGetItems for the
+requests of machines outside that window and for the tokens the joins came with; a draft of at
+most `policy.MAX_RULES` rules, its evaluation per join under the engine's budget.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
@@ -21,30 +23,32 @@ from pydantic import Field
 from joinplane import clock, join_requests, machines, policy, pools
 from joinplane.dal import machines as machines_db
 from joinplane.dal import requests as requests_db
-from joinplane.dal.machines import MachineRecord
+from joinplane.dal import tokens as tokens_db
+from joinplane.dal.machines import MachineFactsRecord, MachineRecord
 from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.grants import Principal
+from joinplane.policy_rules import JoinPolicy
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from joinplane import views
 
-# Requests and machines read per simulation, each: enough for a day of a busy pool's joins, few
-# enough that one call reads at most a few MB and evaluates the draft at most 400 times.
+# Requests and machines read per simulation, each: a busy pool's day of joins, few enough that one
+# call reads a few MB at most and evaluates the draft for at most 400 joins.
 MAX_ITEMS = 200
-DEFAULT_ITEMS = MAX_ITEMS
 
 Decision = Literal["admit", "defer", "deny"]
 
 
 class SimulatePolicy(pools.PoolRef):
-    joinPolicy: list[policy.Rule] = Field(max_length=policy.MAX_RULES)
-    limit: int = Field(default=DEFAULT_ITEMS, ge=1, le=MAX_ITEMS)
+    joinPolicy: JoinPolicy
+    limit: int = Field(default=MAX_ITEMS, ge=1, le=MAX_ITEMS)
 
 
 class Stored(NamedTuple):
-    """One join as stored: its request, or (admitted without one) its machine."""
+    """One join as stored: its request (and the machine an approval made of it, by id), or the
+    machine the attestors admitted without one. `machine` alone with a `request_id`: a machine
+    whose request is no longer stored."""
 
     request: JoinRequestRecord | None
     machine: MachineRecord | None
@@ -63,11 +67,25 @@ class Stored(NamedTuple):
         assert self.machine is not None
         return self.machine.machine_id
 
+    @property
+    def facts(self) -> MachineFactsRecord:
+        if self.request is not None:
+            return self.request.machine
+        assert self.machine is not None
+        return self.machine.facts
+
+    @property
+    def token_id(self) -> str | None:
+        if self.request is not None:
+            return self.request.token_id
+        assert self.machine is not None
+        return self.machine.token_id
+
 
 def attestors_outcome(stored: Stored) -> Decision:
     """What the attestors decided, as stored with the join: a machine admitted without a request
-    was admitted by every attestor; a request carries each attestor's verdict (a request older
-    than those verdicts, or a machine whose request is no longer stored, was deferred by them)."""
+    was admitted by every attestor; a request carries each attestor's verdict (a request older than
+    those verdicts, or a machine whose request is no longer stored, was deferred by them)."""
     if stored.request is None:
         assert stored.machine is not None
         return "defer" if stored.machine.request_id else "admit"
@@ -89,20 +107,15 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     principal.authorize(join_requests.READ, resource)
     principal.authorize(machines.READ, resource)
     compiled = policy.compile_policy(request.joinPolicy)
-    now = clock.now()
     limit = request.limit
     # One more than asked of each: whether the pool has joins older than those simulated.
-    stored_requests = requests_db.newest_in_pool(pool.tenant_id, pool.site_id, pool.pool_id, limit=limit + 1)
-    stored_machines = machines_db.newest_in_pool(pool.tenant_id, pool.pool_id, limit=limit + 1)
-    complete = len(stored_requests) <= limit and len(stored_machines) <= limit
-    stored_requests, stored_machines = stored_requests[:limit], stored_machines[:limit]
-    # A machine admitted through a request is that request's join: shown once, as the request.
-    read = {r.request_id for r in stored_requests}
-    joins = [Stored(r, None) for r in stored_requests] + [
-        Stored(None, m) for m in stored_machines if m.request_id is None or m.request_id not in read
-    ]
-    joins.sort(key=lambda s: (s.at, s.id), reverse=True)
-    items = [_simulated(pool, compiled, stored, now) for stored in joins]
+    newest_requests = requests_db.newest_in_pool(pool.tenant_id, pool.site_id, pool.pool_id, limit=limit + 1)
+    newest_machines = machines_db.newest_in_pool(pool.tenant_id, pool.pool_id, limit=limit + 1)
+    complete = len(newest_requests) <= limit and len(newest_machines) <= limit
+    joins = _joins(newest_requests[:limit], newest_machines[:limit])
+    tokens = tokens_db.get_many(s.token_id for s in joins if s.token_id)
+    now = clock.now()
+    items = [_simulated(compiled, stored, tokens, now) for stored in joins]
     return {
         "tenantId": pool.tenant_id,
         "poolId": pool.pool_id,
@@ -114,13 +127,72 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     }
 
 
-def _simulated(pool: object, compiled: object, stored: Stored, now: datetime) -> views.SimulatedJoin:
-    raise NotImplementedError  # wired to the policy engine below
+def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> list[Stored]:
+    """Each join once, newest first: a machine an approval made is its request's join, read with the
+    other requests or, older than them, by its id."""
+    by_id = {r.request_id: r for r in requests}
+    older = requests_db.get_many(
+        m.request_id for m in machines if m.request_id and m.request_id not in by_id
+    )
+    joins = [Stored(r, None) for r in requests]
+    for machine in machines:
+        if machine.request_id is None:
+            joins.append(Stored(None, machine))
+        elif machine.request_id in older:
+            joins.append(Stored(older.pop(machine.request_id), None))
+        elif machine.request_id not in by_id:
+            joins.append(Stored(None, machine))
+    joins.sort(key=lambda s: (s.at, s.id), reverse=True)
+    return joins
+
+
+def _simulated(
+    compiled: policy.CompiledPolicy, stored: Stored, tokens: dict[str, JoinTokenRecord], now: datetime
+) -> views.SimulatedJoin:
+    request, machine = stored.request, stored.machine
+    stood = attestors_outcome(stored)
+    outcome: policy.PolicyOutcome | None = None
+    if not _site_token(request):
+        activation = policy.variables(
+            stored.facts,
+            token=tokens.get(stored.token_id) if stored.token_id else None,
+            verdicts=[(v.attestor, v.verdict) for v in request.verdicts] if request else [],
+            reasons=request.reasons if request else (),
+            site_id=request.site_id if request else machine.site_id,  # type: ignore[union-attr]
+            discovery=None,
+            # When the join was made: a rule on `now` says what it would have said then.
+            now=datetime.fromisoformat(stored.at),
+        )
+        outcome = policy.evaluate(compiled, activation)
+    decision: Decision = policy.combine(stood, outcome)  # type: ignore[assignment]
+    if request is not None:
+        state: str = request.state_at(now)
+        machine_id = request.machine_id
+    else:
+        assert machine is not None
+        state, machine_id = machine.state, machine.machine_id
+    return {
+        "kind": "request" if request is not None else "join",
+        "id": stored.id,
+        "machineId": machine_id,
+        "hostname": stored.facts.hostname,
+        "tokenId": stored.token_id,
+        "at": stored.at,
+        "attestors": stood,
+        "actual": "admitted" if stood == "admit" else "deferred",
+        "state": state,
+        "decidedBy": request.decided_by if request is not None else None,
+        "decision": decision,
+        "rule": outcome.rule if outcome else None,
+        "reason": (outcome.reason or None) if outcome else None,
+        "error": bool(outcome and outcome.error),
+        "changed": decision != stood,
+    }
 
 
 def counts(items: list[views.SimulatedJoin]) -> views.SimulationCounts:
     def count(**wanted: object) -> int:
-        return sum(all(item[k] == v for k, v in wanted.items()) for item in items)  # type: ignore[literal-required]
+        return sum(all(item.get(k) == v for k, v in wanted.items()) for item in items)
 
     return {
         "total": len(items),

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -385,6 +386,17 @@ def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None
         start_after=start,
     )
     return DuePage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key)
+
+
+def get_many(request_ids: Iterable[str]) -> dict[str, JoinRequestRecord]:
+    """The stored requests of these ids, by id (absent ones left out), in BatchGetItems of 100."""
+    wanted = list(dict.fromkeys(request_ids))
+    found: dict[str, JoinRequestRecord] = {}
+    for start in range(0, len(wanted), 100):
+        for item in dynamo.batch_get(request_key(r) for r in wanted[start : start + 100]).values():
+            request = JoinRequestRecord.from_item(item)
+            found[request.request_id] = request
+    return found
 
 
 def newest_in_pool(tenant_id: str, site_id: str, pool_id: str, *, limit: int) -> list[JoinRequestRecord]:
