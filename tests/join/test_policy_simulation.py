@@ -7,6 +7,9 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import pytest
+
+from joinplane import policy
 from tests.support import Reply, call, join
 from tests.support.table import all_items
 
@@ -89,6 +92,31 @@ def _decide(verb: str, request_id: str, key: str) -> None:
         key,
     )
     assert decided.status == 200, decided.body
+
+
+@pytest.mark.parametrize(
+    ("attestors", "rule", "joined"),
+    [
+        ("admit", None, "admit"),
+        ("defer", None, "defer"),
+        ("deny", None, "deny"),
+        ("admit", "approve", "admit"),
+        ("defer", "approve", "admit"),
+        ("deny", "approve", "deny"),
+        ("admit", "defer", "defer"),
+        ("defer", "defer", "defer"),
+        ("admit", "deny", "deny"),
+        ("defer", "deny", "deny"),
+        ("deny", "defer", "deny"),
+    ],
+)
+def test_what_a_join_decides_from_its_attestors_and_its_policy(attestors, rule, joined) -> None:
+    # Given the attestors' verdict and the rule that matched (None: no rule did)
+    outcome = policy.PolicyOutcome("r", 0, rule, "") if rule else None
+    # When the join (or its simulation) combines them
+    # Then approve admits a deferral, deny and defer take effect, no rule leaves the attestors' verdict,
+    # and nothing admits what an attestor denied
+    assert policy.combine(attestors, outcome) == joined
 
 
 def test_the_simulations_counts_are_what_the_rules_do_once_switched_on(make_token, admin_key) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 MAX_ITEMS = 200
 
 Decision = Literal["admit", "defer", "deny"]
+_DECISION: dict[str, Decision] = {"admit": "admit", "defer": "defer", "deny": "deny"}
 
 
 class SimulatePolicy(pools.PoolRef):
@@ -73,6 +74,13 @@ class Stored(NamedTuple):
             return self.request.machine
         assert self.machine is not None
         return self.machine.facts
+
+    @property
+    def site_id(self) -> str:
+        if self.request is not None:
+            return self.request.site_id
+        assert self.machine is not None
+        return self.machine.site_id
 
     @property
     def token_id(self) -> str | None:
@@ -131,9 +139,7 @@ def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> 
     """Each join once, newest first: a machine an approval made is its request's join, read with the
     other requests or, older than them, by its id."""
     by_id = {r.request_id: r for r in requests}
-    older = requests_db.get_many(
-        m.request_id for m in machines if m.request_id and m.request_id not in by_id
-    )
+    older = requests_db.get_many(m.request_id for m in machines if m.request_id and m.request_id not in by_id)
     joins = [Stored(r, None) for r in requests]
     for machine in machines:
         if machine.request_id is None:
@@ -158,13 +164,13 @@ def _simulated(
             token=tokens.get(stored.token_id) if stored.token_id else None,
             verdicts=[(v.attestor, v.verdict) for v in request.verdicts] if request else [],
             reasons=request.reasons if request else (),
-            site_id=request.site_id if request else machine.site_id,  # type: ignore[union-attr]
+            site_id=stored.site_id,
             discovery=None,
             # When the join was made: a rule on `now` says what it would have said then.
             now=datetime.fromisoformat(stored.at),
         )
         outcome = policy.evaluate(compiled, activation)
-    decision: Decision = policy.combine(stood, outcome)  # type: ignore[assignment]
+    decision = _DECISION[policy.combine(stood, outcome)]
     if request is not None:
         state: str = request.state_at(now)
         machine_id = request.machine_id
