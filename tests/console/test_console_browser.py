@@ -449,7 +449,8 @@ def test_a_draft_policy_is_simulated_over_a_pools_joins(
     _, token = http.post("/api/compute/joinTokens/create", {"tenantId": "dev", "poolId": "trial"}, http.admin)
     admitted = {"joinToken": token["token"], "machineFingerprint": "fp-trial-1", "hostname": "cpu-node-1"}
     assert http.post("/machines/join", admitted)[0] == 200
-    page = console(chromium, http, pages, DESKTOP).page
+    watched = console(chromium, http, pages, DESKTOP)
+    page = watched.page
     sign_in(page, http.admin)
     page.get_by_role("link", name="Policy simulation").click()
     page.get_by_label("Pool", exact=True).select_option("trial")
@@ -457,14 +458,17 @@ def test_a_draft_policy_is_simulated_over_a_pools_joins(
     # When a draft with a rule that does not parse is simulated
     draft.fill('[{"name": "typo", "when": "request.hostname ==", "decision": "approve"}]')
     page.get_by_role("button", name="Simulate").click()
-    # Then the API's refusal is shown, naming the rule
+    # Then the API's refusal is shown, naming the rule (the browser logs the 400 it got)
     page.get_by_role("alert").filter(has_text="typo").wait_for()
+    assert len(watched.errors) == 1 and "400" in watched.errors[0], watched.errors
+    watched.errors.clear()
     # When the draft approves the GPU nodes
     rule = {"name": "gpu-nodes", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve"}
     draft.fill(json.dumps([rule]))
     page.get_by_role("button", name="Simulate").click()
     # Then the counts say one join of two would change, and the table says which and by which rule
-    page.get_by_text("2 joins: 2 would be admitted, 0 deferred, 0 denied. 1 would change").wait_for()
+    summary = page.locator("#view").get_by_text("2 joins: 2 would be admitted, 0 deferred, 0 denied.")
+    assert "1 would change: 1 deferred → admit" in summary.inner_text()
     changed = page.get_by_role("row").filter(has_text="gpu-node-1")
     assert "gpu-nodes" in changed.inner_text() and "changes" in changed.inner_text()
     page.get_by_label("Only joins whose outcome would change").check()

@@ -83,7 +83,7 @@ export function render(context, root) {
     );
     const note = last.complete ? null : h("p", { class: "hint", text: `The ${last.limit} newest requests and machines; older joins were not simulated.` });
     clear(result).append(
-      h("p", { class: "summary", role: "status" }, words(summary(last.counts))),
+      h("p", { class: "summary" }, words(summary(last.counts))),
       note,
       items.length ? table(`Simulated joins of ${last.poolId}`, columns, rows) : h("p", { class: "empty", text: last.items.length ? "No outcome would change." : "This pool has no joins to simulate." }),
     );
