@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import Field
 
 from joinplane import clock, join_requests, machines, policy, pools
-from joinplane.dal import machines as machines_db
-from joinplane.dal import requests as requests_db
-from joinplane.dal import tokens as tokens_db
+from joinplane.dal import recent
 from joinplane.dal.machines import MachineFactsRecord, MachineRecord
 from joinplane.dal.requests import JoinRequestRecord
 from joinplane.dal.tokens import JoinTokenRecord
@@ -31,7 +29,7 @@ from joinplane.grants import Principal
 from joinplane.policy_rules import JoinPolicy
 
 if TYPE_CHECKING:
-    from joinplane import views
+    from joinplane import policy_views, views
 
 # Requests and machines read per simulation, each: a busy pool's day of joins, few enough that one
 # call reads a few MB at most and evaluates the draft for at most 400 joins.
@@ -117,11 +115,11 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     compiled = policy.compile_policy(request.joinPolicy)
     limit = request.limit
     # One more than asked of each: whether the pool has joins older than those simulated.
-    newest_requests = requests_db.newest_in_pool(pool.tenant_id, pool.site_id, pool.pool_id, limit=limit + 1)
-    newest_machines = machines_db.newest_in_pool(pool.tenant_id, pool.pool_id, limit=limit + 1)
+    newest_requests = recent.requests_of_pool(pool.tenant_id, pool.site_id, pool.pool_id, limit=limit + 1)
+    newest_machines = recent.machines_of_pool(pool.tenant_id, pool.pool_id, limit=limit + 1)
     complete = len(newest_requests) <= limit and len(newest_machines) <= limit
     joins = _joins(newest_requests[:limit], newest_machines[:limit])
-    tokens = tokens_db.get_many(s.token_id for s in joins if s.token_id)
+    tokens = recent.tokens_by_id(s.token_id for s in joins if s.token_id)
     now = clock.now()
     items = [_simulated(compiled, stored, tokens, now) for stored in joins]
     return {
@@ -139,7 +137,9 @@ def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> 
     """Each join once, newest first: a machine an approval made is its request's join, read with the
     other requests or, older than them, by its id."""
     by_id = {r.request_id: r for r in requests}
-    older = requests_db.get_many(m.request_id for m in machines if m.request_id and m.request_id not in by_id)
+    older = recent.requests_by_id(
+        m.request_id for m in machines if m.request_id and m.request_id not in by_id
+    )
     joins = [Stored(r, None) for r in requests]
     for machine in machines:
         if machine.request_id is None:
@@ -154,7 +154,7 @@ def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> 
 
 def _simulated(
     compiled: policy.CompiledPolicy, stored: Stored, tokens: dict[str, JoinTokenRecord], now: datetime
-) -> views.SimulatedJoin:
+) -> policy_views.SimulatedJoin:
     request, machine = stored.request, stored.machine
     stood = attestors_outcome(stored)
     outcome: policy.PolicyOutcome | None = None
@@ -196,7 +196,7 @@ def _simulated(
     }
 
 
-def counts(items: list[views.SimulatedJoin]) -> views.SimulationCounts:
+def counts(items: list[policy_views.SimulatedJoin]) -> policy_views.SimulationCounts:
     def count(**wanted: object) -> int:
         return sum(all(item.get(k) == v for k, v in wanted.items()) for item in items)
 

@@ -598,23 +598,3 @@ def release(tenant_id: str, machine_id: str, claims: list[Claim]) -> list[dynamo
         )
         for kind, value in claims
     ]
-
-
-def newest_in_pool(tenant_id: str, pool_id: str, *, limit: int) -> list[MachineRecord]:
-    """The pool's `limit` most recently admitted machines, active or revoked, newest first
-    (machineIds are ULIDs minted at admission), in Queries bounded by `limit`."""
-    found: list[MachineRecord] = []
-    start: Item | None = None
-    while len(found) < limit:
-        page = dynamo.query(
-            pk=pool_partition(tenant_id, pool_id),
-            index="gsi1",
-            ascending=False,
-            limit=limit - len(found),
-            start_after=start,
-        )
-        found += [MachineRecord.from_item(item) for item in page.items]
-        if page.last_key is None:
-            break
-        start = page.last_key
-    return found

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -386,39 +385,3 @@ def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None
         start_after=start,
     )
     return DuePage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key)
-
-
-def get_many(request_ids: Iterable[str]) -> dict[str, JoinRequestRecord]:
-    """The stored requests of these ids, by id (absent ones left out), in BatchGetItems of 100."""
-    wanted = list(dict.fromkeys(request_ids))
-    found: dict[str, JoinRequestRecord] = {}
-    for start in range(0, len(wanted), 100):
-        for item in dynamo.batch_get(request_key(r) for r in wanted[start : start + 100]).values():
-            request = JoinRequestRecord.from_item(item)
-            found[request.request_id] = request
-    return found
-
-
-def newest_in_pool(tenant_id: str, site_id: str, pool_id: str, *, limit: int) -> list[JoinRequestRecord]:
-    """The pool's `limit` newest requests, whatever their state, newest first (requestIds are
-    ULIDs: their order is their creation's). One Query per stored state, each newest first and
-    stopped at `limit`: the cost is bounded by `limit`, however many requests the pool ever had."""
-    found: list[JoinRequestRecord] = []
-    for state in ("pending", "approved", "rejected", "expired", "consumed"):
-        found += _newest(list_partition(tenant_id, site_id, pool_id, state), limit)
-    found.sort(key=lambda request: request.request_id, reverse=True)
-    return found[:limit]
-
-
-def _newest(partition: str, limit: int) -> list[JoinRequestRecord]:
-    found: list[JoinRequestRecord] = []
-    start: Item | None = None
-    while len(found) < limit:
-        page = dynamo.query(
-            pk=partition, index="gsi1", ascending=False, limit=limit - len(found), start_after=start
-        )
-        found += [JoinRequestRecord.from_item(item) for item in page.items]
-        if page.last_key is None:
-            break
-        start = page.last_key
-    return found

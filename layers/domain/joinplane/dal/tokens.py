@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -207,17 +206,6 @@ class TokenLost(Exception):
 def get(token_id: str) -> JoinTokenRecord | None:
     item = dynamo.get(*token_key(token_id))
     return JoinTokenRecord.from_item(item) if item else None
-
-
-def get_many(token_ids: Iterable[str]) -> dict[str, JoinTokenRecord]:
-    """The stored tokens of these ids, by id (absent ones left out), in BatchGetItems of 100."""
-    wanted = list(dict.fromkeys(token_ids))
-    found: dict[str, JoinTokenRecord] = {}
-    for start in range(0, len(wanted), 100):
-        for item in dynamo.batch_get(token_key(t) for t in wanted[start : start + 100]).values():
-            token = JoinTokenRecord.from_item(item)
-            found[token.token_id] = token
-    return found
 
 
 def create(token: JoinTokenRecord) -> None:
