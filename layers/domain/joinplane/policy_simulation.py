@@ -171,6 +171,7 @@ def _simulated(
         )
         outcome = policy.evaluate(compiled, activation)
     decision = _DECISION[policy.combine(stood, outcome)]
+    actual = _actual(stored)
     if request is not None:
         state: str = request.state_at(now)
         machine_id = request.machine_id
@@ -185,15 +186,24 @@ def _simulated(
         "tokenId": stored.token_id,
         "at": stored.at,
         "attestors": stood,
-        "actual": "admitted" if stood == "admit" else "deferred",
+        "actual": actual,
         "state": state,
         "decidedBy": request.decided_by if request is not None else None,
         "decision": decision,
         "rule": outcome.rule if outcome else None,
         "reason": (outcome.reason or None) if outcome else None,
         "error": bool(outcome and outcome.error),
-        "changed": decision != stood,
+        "changed": decision != _AS_DECISION[actual],
     }
+
+
+_AS_DECISION: dict[str, Decision] = {"admitted": "admit", "deferred": "defer"}
+
+
+def _actual(stored: Stored) -> Literal["admitted", "deferred"]:
+    """What the join decided when it was made: a request is a deferred join (whatever became of it
+    since); a machine without one was admitted at once."""
+    return "deferred" if stored.request is not None or stored.machine.request_id else "admitted"  # type: ignore[union-attr]
 
 
 def counts(items: list[policy_views.SimulatedJoin]) -> policy_views.SimulationCounts:
