@@ -100,6 +100,7 @@ def _pools(args: argparse.Namespace) -> Exit:
     bootstrap = admin_pools.read_bootstrap(
         getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
     )
+    policy = admin_pools.read_policy(getattr(args, "policy", None))
     if args.action == "create":
         site = shared_options.need(args.site, "--site", "a site id", configurable=False)
         return admin_pools.pools_create(
@@ -112,6 +113,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            policy,
         )
     if args.action == "update":
         return admin_pools.pools_update(
@@ -123,6 +125,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            policy,
         )
     if args.action == "get":
         return admin_pools.pools_get(op, pool)
@@ -295,7 +298,7 @@ def pools_command(p: Parents) -> None:
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("create", "create a pool"),
-        ("update", "change a pool's name, workspace or lifetimes"),
+        ("update", "change a pool's name, workspace, lifetimes, bootstrap or join policy"),
     ):
         change = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(change)
@@ -337,6 +340,12 @@ def pools_command(p: Parents) -> None:
             help="a JSON object of the bootstrap handed to machines"
             + (" (replaces the pool's whole bootstrap)" if name == "update" else ""),
         )
+        change.add_argument(
+            "--policy",
+            metavar="FILE",
+            help="the join policy: a JSON list of CEL rules (docs/policy.md), - for standard input"
+            + ("; replaces the pool's whole policy, `none` removes it" if name == "update" else ""),
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")
     listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
@@ -350,7 +359,10 @@ def pools_command(p: Parents) -> None:
     )
     shared_options.pool_id_argument(simulate)
     simulate.add_argument(
-        "--policy", required=True, metavar="FILE", help="the draft: a JSON list of rules (docs/policy.md)"
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="the draft: a JSON list of rules (docs/policy.md); - reads stdin",
     )
     simulate.add_argument(
         "--limit",

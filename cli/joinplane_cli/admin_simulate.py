@@ -3,37 +3,13 @@ pool's recent joins, and how many of those decisions would change (pools/simulat
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from joinplane_cli import admin, render
 from joinplane_cli.admin import Operator
-from joinplane_cli.exits import CliError, Exit
+from joinplane_cli.admin_pools import read_policy
+from joinplane_cli.exits import Exit
 from joinplane_cli.render import Column
-
-
-def read_policy(path: str) -> list[Any]:
-    """--policy FILE: the rules as JSON, a list (`[{"name", "when", "decision", "reason"}, ...]`) or
-    an object holding it as `joinPolicy` (what `pools get -o json` prints)."""
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as failed:
-        reason = failed.strerror if isinstance(failed, OSError) else "not UTF-8 text"
-        raise CliError(f"--policy {path}: {reason or failed}", Exit.USAGE) from None
-    try:
-        document = json.loads(text)
-    except ValueError as bad:
-        raise CliError(f"--policy {path} is not JSON: {bad}", Exit.USAGE) from None
-    if isinstance(document, dict) and "joinPolicy" in document:
-        document = document["joinPolicy"]
-    if not isinstance(document, list):
-        raise CliError(
-            f"--policy {path} must hold a JSON list of rules "
-            '([{"name", "when", "decision", "reason"}, ...])',
-            Exit.USAGE,
-        )
-    return document
 
 
 def _decided(item: dict[str, Any]) -> str:
@@ -79,7 +55,8 @@ def summary(counts: dict[str, Any]) -> str:
 
 
 def pools_simulate(op: Operator, pool: str, policy_file: str, limit: int | None, changed_only: bool) -> Exit:
-    body: dict[str, Any] = {"poolId": pool, "joinPolicy": read_policy(policy_file)}
+    # `-` reads the draft from standard input, as `pools update --policy` does.
+    body: dict[str, Any] = {"poolId": pool, "joinPolicy": read_policy(policy_file) or []}
     if limit is not None:
         body["limit"] = limit
     result, _ = op.call("pools/simulatePolicy", body)

@@ -82,8 +82,9 @@ Activation = dict[str, Any]
 
 
 class PolicyInvalid(InvalidArgument):
-    """A policy refused when saved (400): each detail names the rule (`field`, `rule`), says why
-    (`reason`) and, for a parse error, where (`line`, `column`, 1-based)."""
+    """A policy refused when saved (400): its detail names the rule (`field`: `joinPolicy.<i>.when`,
+    `rule`: its name), says why (`reason`) and, for a parse error, where (`line`, `column`,
+    1-based; the reason starts with them too)."""
 
 
 class CompiledRule(NamedTuple):
@@ -151,23 +152,14 @@ _CLOSERS = {")", "]", "}"}
 _OPERATOR_WORDS = frozenset({"in", "true", "false", "null"})
 
 
-def _detail(
-    index: int, name: str, reason: str, line: int | None = None, column: int | None = None
-) -> dict[str, Any]:
-    detail: dict[str, Any] = {"field": f"joinPolicy[{index}].when", "rule": name, "reason": reason}
-    if line is not None:
-        detail["line"], detail["column"] = line, column
-    return detail
-
-
 def _refuse(
     index: int, name: str, reason: str, line: int | None = None, column: int | None = None
 ) -> PolicyInvalid:
-    where = f" at line {line}, column {column}" if line is not None else ""
-    return PolicyInvalid(
-        f"rule {index} ({name}) is not a valid condition{where}: {reason}",
-        [_detail(index, name, reason, line, column)],
-    )
+    where = f"line {line}, column {column}: " if line is not None else ""
+    detail: dict[str, Any] = {"field": f"joinPolicy.{index}.when", "rule": name, "reason": where + reason}
+    if line is not None:
+        detail["line"], detail["column"] = line, column
+    return PolicyInvalid(f"rule {index} ({name}) is not a valid condition: {where}{reason}", [detail])
 
 
 def _parse_error(index: int, name: str, error: BaseException) -> PolicyInvalid:
@@ -566,7 +558,7 @@ def outcome_of(rules: Sequence[PolicyRuleLike], activation: Mapping[str, Any]) -
 
 
 def _index_of(field: str) -> int:
-    found = re.search(r"\[(\d+)\]", field)
+    found = re.search(r"\.(\d+)\.", field)
     return int(found[1]) if found else 0
 
 

@@ -20,6 +20,8 @@ MAX_RULES = 32
 MAX_EXPRESSION = 2048
 MAX_REASON = 512
 RULE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# A condition may span lines (tabs and line breaks); no other control character.
+EXPRESSION = r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]*$"
 DECISIONS = ("approve", "defer", "deny")
 
 Decision = Literal["approve", "defer", "deny"]
@@ -43,7 +45,7 @@ class PolicyRule(BaseModel):
 
     model_config = STRICT
     name: str = Field(pattern=RULE_NAME)
-    when: str = Field(min_length=1, max_length=MAX_EXPRESSION)
+    when: str = Field(min_length=1, max_length=MAX_EXPRESSION, pattern=EXPRESSION)
     decision: Decision
     reason: str = Field(default="", max_length=MAX_REASON, pattern=TEXT)
 
