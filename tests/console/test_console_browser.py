@@ -443,18 +443,25 @@ def test_a_key_limited_to_one_pools_join_tokens_works_in_that_pool(
 def test_a_draft_policy_is_simulated_over_a_pools_joins(
     chromium: Any, http: Http, pages: list[Watched], tmp_path: Path
 ) -> None:
-    # Given a pool where one machine waits for an operator and another was admitted
+    # Given a pool with a saved policy, where one machine waits for an operator and another was admitted
     new_pool(http, "trial")
     pending_request(http, "trial", tmp_path, "gpu-node-1.rack7.example.com", cpuCount=8)
     _, token = http.post("/api/compute/joinTokens/create", {"tenantId": "dev", "poolId": "trial"}, http.admin)
     admitted = {"joinToken": token["token"], "machineFingerprint": "fp-trial-1", "hostname": "cpu-node-1"}
     assert http.post("/machines/join", admitted)[0] == 200
+    saved = [{"name": "saved-rule", "when": "false", "decision": "deny", "reason": ""}]
+    status, _ = http.post(
+        "/api/compute/pools/update", {"tenantId": "dev", "poolId": "trial", "joinPolicy": saved}, http.admin
+    )
+    assert status == 200
     watched = console(chromium, http, pages, DESKTOP)
     page = watched.page
     sign_in(page, http.admin)
     page.get_by_role("link", name="Policy simulation").click()
     page.get_by_label("Pool", exact=True).select_option("trial")
     draft = page.get_by_label("Draft policy (JSON rules)")
+    # Then the draft starts as the pool's saved policy
+    wait_until(lambda: "saved-rule" in draft.input_value())
     # When a draft with a rule that does not parse is simulated
     draft.fill('[{"name": "typo", "when": "request.hostname ==", "decision": "approve"}]')
     page.get_by_role("button", name="Simulate").click()

@@ -59,7 +59,6 @@ __all__ = [
     "PolicyOutcome",
     "PolicyRule",
     "PolicyRuleLike",
-    "combine",
     "compile_policy",
     "evaluate",
     "sample_activation",
@@ -560,20 +559,3 @@ def outcome_of(rules: Sequence[PolicyRuleLike], activation: Mapping[str, Any]) -
 def _index_of(field: str) -> int:
     found = re.search(r"\.(\d+)\.", field)
     return int(found[1]) if found else 0
-
-
-# --- what the join decides ---------------------------------------------------------------------
-
-_JOIN_DECISION = {"approve": attestors.ADMIT, "defer": attestors.DEFER, "deny": attestors.DENY}
-
-
-def combine(verdict: str, outcome: PolicyOutcome | None) -> str:
-    """What a join decides (`admit`, `defer` or `deny`) from its attestors' verdict and its policy's
-    outcome: the one rule for the join and its simulation, so they cannot disagree. An attestor's
-    deny stands whatever the policy says (a policy never admits what an attestor denied); else a
-    rule's `approve` admits (a deferral becomes an admission), its `deny` denies and its `defer`
-    defers (even when every attestor admitted; an evaluation error is a `defer`); no rule matched
-    leaves the attestors' verdict."""
-    if verdict == attestors.DENY or outcome is None:
-        return verdict
-    return _JOIN_DECISION[outcome.decision]

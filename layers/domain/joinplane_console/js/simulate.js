@@ -113,15 +113,35 @@ export function render(context, root) {
     }
   }
 
+  // The draft starts as the pool's saved policy, until the operator types in it.
+  let edited = false;
+  draft.addEventListener("input", () => {
+    edited = true;
+  });
+  let readable = new Set();
+  async function startFromSaved() {
+    const poolId = picker.value;
+    if (!readable.has(poolId)) return; // offered by a grant's id: the key may not read the pool itself
+    try {
+      const pool = await call("pools/get", { tenantId, poolId });
+      if (!edited && picker.value === poolId && pool.joinPolicy && pool.joinPolicy.length) draft.value = JSON.stringify(pool.joinPolicy, null, 2);
+    } catch {
+      // A key that may not read the pool simulates from the example.
+    }
+  }
+
   onlyChanges.addEventListener("change", draw);
   picker.addEventListener("change", () => {
     last = null;
     clear(result);
+    startFromSaved();
   });
   reachablePools(context.me)
     .then((pools) => {
       clear(picker).append(...pools.map((p) => h("option", { value: p.poolId, text: p.listed === false ? p.poolId : `${p.name} (${p.poolId})` })));
+      readable = new Set(pools.filter((p) => p.listed !== false).map((p) => p.poolId));
       if (!pools.length) clear(result).append(h("p", { class: "empty", text: noPoolsReason(context.me, "No pools yet.") }));
+      else startFromSaved();
     })
     .catch((error) => {
       failure.textContent = `Could not list the pools: ${error.message}`;
