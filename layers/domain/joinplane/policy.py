@@ -511,7 +511,7 @@ def sample_activation() -> Activation:
         verdicts=[(name, attestors.ADMIT) for name in attestors.ATTESTORS],
         reasons=[attestors.Vote(name, attestors.DEFER, "sample", "sample") for name in attestors.ATTESTORS],
         site_id="sample",
-        discovery=_SampleEntry("sample", "gpu-sample-1", ("serialNumber",)),
+        discovery=DiscoveryEntry("sample", "gpu-sample-1", ("serialNumber",)),
         now=datetime(2026, 1, 1, 12, tzinfo=UTC),
     )
     activation["token"] = {
@@ -531,7 +531,9 @@ def sample_activation() -> Activation:
     return activation
 
 
-class _SampleEntry(NamedTuple):
+class DiscoveryEntry(NamedTuple):
+    """A site's discovery entry as a join matched it (the join keeps only these of the match)."""
+
     entry_id: str
     hostname: str | None
     matched_by: tuple[str, ...]
