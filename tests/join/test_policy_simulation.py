@@ -7,9 +7,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import pytest
-
-from joinplane import policy
 from tests.support import Reply, call, join
 from tests.support.table import all_items
 
@@ -59,16 +56,21 @@ MACHINES = [
 OUTCOME = {200: "admit", 202: "defer", 403: "deny"}
 
 
+def _body(token: str, hostname: str) -> dict[str, Any]:
+    """A machine's join as a key never seen before (a fresh fingerprint)."""
+    return {
+        "joinToken": token,
+        "machineFingerprint": f"fp-{uuid.uuid4().hex}",
+        "hostname": hostname,
+        "gpuCount": 8,
+    }
+
+
 class Joined:
     """A machine that joined: the key it joined as (a fingerprint) and the join's reply."""
 
     def __init__(self, token: str, hostname: str) -> None:
-        self.body = {
-            "joinToken": token,
-            "machineFingerprint": f"fp-{uuid.uuid4().hex}",
-            "hostname": hostname,
-            "gpuCount": 8,
-        }
+        self.body = _body(token, hostname)
         self.reply: Reply = join(self.body)
 
     @property
@@ -92,31 +94,6 @@ def _decide(verb: str, request_id: str, key: str) -> None:
         key,
     )
     assert decided.status == 200, decided.body
-
-
-@pytest.mark.parametrize(
-    ("attestors", "rule", "joined"),
-    [
-        ("admit", None, "admit"),
-        ("defer", None, "defer"),
-        ("deny", None, "deny"),
-        ("admit", "approve", "admit"),
-        ("defer", "approve", "admit"),
-        ("deny", "approve", "deny"),
-        ("admit", "defer", "defer"),
-        ("defer", "defer", "defer"),
-        ("admit", "deny", "deny"),
-        ("defer", "deny", "deny"),
-        ("deny", "defer", "deny"),
-    ],
-)
-def test_what_a_join_decides_from_its_attestors_and_its_policy(attestors, rule, joined) -> None:
-    # Given the attestors' verdict and the rule that matched (None: no rule did)
-    outcome = policy.PolicyOutcome("r", 0, rule, "") if rule else None
-    # When the join (or its simulation) combines them
-    # Then approve admits a deferral, deny and defer take effect, no rule leaves the attestors' verdict,
-    # and nothing admits what an attestor denied
-    assert policy.combine(attestors, outcome) == joined
 
 
 def test_the_simulations_counts_are_what_the_rules_do_once_switched_on(make_token, admin_key) -> None:
@@ -201,6 +178,42 @@ def _key(admin_key: str, *grants: str, tenant: str = "acme") -> str:
     created = call("/api/compute/apiKeys/create", {"tenantId": tenant, "grants": list(grants)}, admin_key)
     assert created.status == 200, created.body
     return str(created.body["key"])
+
+
+def test_a_rule_on_the_sites_inventory_is_simulated_as_the_join_looks_the_machine_up(
+    pool, make_token, admin_key
+) -> None:
+    # Given a site whose inventory lists one machine by its MAC, and a token that looks joins up in it
+    listed = {"tenantId": "acme", "siteId": "rack-1", "macAddresses": ["02:00:00:00:07:01"], "hostname": "n1"}
+    assert call("/api/compute/discovery/register", listed, admin_key).status == 200
+    token = make_token(maxUses=10, attestation={"discovery": "defer-unknown"})["token"]
+
+    def join_all() -> dict[str, str]:
+        outcomes = {}
+        for hostname, mac in (("n1", "02:00:00:00:07:01"), ("stranger", "02:00:00:00:07:02")):
+            machine = _body(token, hostname) | {"hardware": {"macAddresses": [mac]}}
+            outcomes[hostname] = OUTCOME[join(machine).status]
+        return outcomes
+
+    assert join_all() == {"n1": "admit", "stranger": "defer"}
+    draft = [
+        {
+            "name": "listed",
+            "when": "site.discovery != null && site.discovery.hostname == 'n1'",
+            "decision": "approve",
+        },
+        {"name": "strangers", "when": "site.discovery == null", "decision": "deny"},
+    ]
+    # When a draft that reads the site's inventory is simulated, then saved and the machines join again
+    simulated = _simulate(admin_key, joinPolicy=draft)
+    saved = call(
+        "/api/compute/pools/update", {"tenantId": "acme", "poolId": "gpu", "joinPolicy": draft}, admin_key
+    )
+    assert (simulated.status, saved.status) == (200, 200), (simulated.body, saved.body)
+    # Then each join is decided as the simulation said
+    said = {i["hostname"]: (i["decision"], i["rule"]) for i in simulated.body["items"]}
+    assert said == {"n1": ("admit", "listed"), "stranger": ("deny", "strangers")}
+    assert join_all() == {h: decision for h, (decision, _) in said.items()}
 
 
 def test_a_key_sees_only_the_pools_it_may_read_and_must_read_their_requests_and_machines(

@@ -3,29 +3,33 @@
 What is simulated is what is stored: each join request of the pool (a deferred join, with the facts
 the machine sent and every attestor's verdict) and each machine the attestors admitted without one.
 For each, the draft is evaluated over the variables the join would have built from those facts
-(`policy.variables`, at the time the join was made), and its outcome is combined with the
-attestors' stored outcome by the join's own function (`policy.combine`), so what the simulation
-says a rule does is what the rule does once saved. Nothing is written and no event is published.
+(`policy.variables`, at the time the join was made), and its outcome is applied to the attestors'
+stored outcome by the join's own function (`join_decide.apply_policy`), so what the simulation says
+a rule does is what the rule does once saved. Nothing is written and no event is published.
 
 The work is bounded: at most `MAX_ITEMS` requests and `MAX_ITEMS` machines, the newest (one Query
 per request state and one for the machines, each stopped at the limit), plus BatchGetItems for the
-requests of machines outside that window and for the tokens the joins came with; a draft of at
+requests of machines outside that window, for the tokens the joins came with and, for a draft that
+reads `site`, one per join whose token looks machines up in the site's inventory; a draft of at
 most `policy.MAX_RULES` rules, its evaluation per join under the engine's budget.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
 
-from joinplane import clock, join_requests, machines, policy, pools
+from joinplane import attestors, clock, join_decide, join_requests, machines, policy, pools
+from joinplane.attestors import Vote
 from joinplane.dal import recent
 from joinplane.dal.machines import MachineFactsRecord, MachineRecord
 from joinplane.dal.requests import JoinRequestRecord
 from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.grants import Principal
+from joinplane.join_decide import Admit, AdmitByPolicy, Defer
 from joinplane.policy_rules import JoinPolicy
 
 if TYPE_CHECKING:
@@ -36,7 +40,6 @@ if TYPE_CHECKING:
 MAX_ITEMS = 200
 
 Decision = Literal["admit", "defer", "deny"]
-_DECISION: dict[str, Decision] = {"admit": "admit", "defer": "defer", "deny": "deny"}
 
 
 class SimulatePolicy(pools.PoolRef):
@@ -120,8 +123,10 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     complete = len(newest_requests) <= limit and len(newest_machines) <= limit
     joins = _joins(newest_requests[:limit], newest_machines[:limit])
     tokens = recent.tokens_by_id(s.token_id for s in joins if s.token_id)
+    # The site's inventory is read only for a draft that reads `site`: no rule can depend on it else.
+    inventory = any(re.search(r"\bsite\b", rule.when) for rule in request.joinPolicy)
     now = clock.now()
-    items = [_simulated(compiled, stored, tokens, now) for stored in joins]
+    items = [_simulated(compiled, stored, tokens, inventory, now) for stored in joins]
     return {
         "tenantId": pool.tenant_id,
         "poolId": pool.pool_id,
@@ -152,25 +157,76 @@ def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> 
     return joins
 
 
+def _outcome(
+    compiled: policy.CompiledPolicy,
+    stored: Stored,
+    token: JoinTokenRecord | None,
+    inventory: bool,
+) -> policy.PolicyOutcome | None:
+    """The draft's outcome for a join, over the variables the join built (`join._with_policy`): the
+    facts, token, verdicts and reasons as stored, the site's discovery entry (looked up as the join
+    did, from the site's inventory as it is now, and only when a rule reads `site`: `inventory`),
+    and the time the join was made."""
+    request = stored.request
+    entry = None
+    if inventory and token is not None and token.attestation.discovery == "defer-unknown":
+        from joinplane import discovery
+
+        facts = stored.facts
+        match = discovery.lookup(
+            token.tenant_id,
+            stored.site_id,
+            serial=facts.hardware.serial_number or None,
+            system_uuid=facts.hardware.system_uuid or None,
+            macs=list(facts.hardware.mac_addresses or ()),
+            fingerprint=facts.fingerprint or None,
+        )
+        entry = policy.DiscoveryEntry(match.entry_id, match.hostname, match.matched_by) if match else None
+    activation = policy.variables(
+        stored.facts,
+        token=token,
+        verdicts=[(v.attestor, v.verdict) for v in request.verdicts] if request else [],
+        reasons=request.reasons if request else (),
+        site_id=stored.site_id,
+        discovery=entry,
+        now=datetime.fromisoformat(stored.at),
+    )
+    return policy.evaluate(compiled, activation)
+
+
+def _decision(stood: Decision, stored: Stored, outcome: policy.PolicyOutcome | None) -> Decision:
+    """What the join decides from the attestors' outcome and the policy's, by the join's own rule
+    (`join_decide.apply_policy`). An attestor's deny never reaches the policy."""
+    if stood == "deny":
+        return "deny"
+    votes = tuple(
+        Vote(r.attestor, attestors.DEFER, r.code, r.message)
+        for r in (stored.request.reasons if stored.request else ())
+        if r.attestor != join_decide.POLICY
+    )
+    fresh: Admit | Defer = Admit() if stood == "admit" else Defer(votes)
+    match join_decide.apply_policy(fresh, outcome):
+        case Admit() | AdmitByPolicy():
+            return "admit"
+        case Defer():
+            return "defer"
+    return "deny"
+
+
 def _simulated(
-    compiled: policy.CompiledPolicy, stored: Stored, tokens: dict[str, JoinTokenRecord], now: datetime
+    compiled: policy.CompiledPolicy,
+    stored: Stored,
+    tokens: dict[str, JoinTokenRecord],
+    inventory: bool,
+    now: datetime,
 ) -> policy_views.SimulatedJoin:
     request, machine = stored.request, stored.machine
     stood = attestors_outcome(stored)
-    outcome: policy.PolicyOutcome | None = None
-    if not _site_token(request):
-        activation = policy.variables(
-            stored.facts,
-            token=tokens.get(stored.token_id) if stored.token_id else None,
-            verdicts=[(v.attestor, v.verdict) for v in request.verdicts] if request else [],
-            reasons=request.reasons if request else (),
-            site_id=stored.site_id,
-            discovery=None,
-            # When the join was made: a rule on `now` says what it would have said then.
-            now=datetime.fromisoformat(stored.at),
-        )
-        outcome = policy.evaluate(compiled, activation)
-    decision = _DECISION[policy.combine(stood, outcome)]
+    token = tokens.get(stored.token_id) if stored.token_id else None
+    # A site token's join had no pool when it was made: no pool's policy applied to it.
+    site_token = _site_token(request) or (token is not None and token.pool_id is None)
+    outcome = None if site_token else _outcome(compiled, stored, token, inventory)
+    decision = _decision(stood, stored, outcome)
     actual = _actual(stored)
     if request is not None:
         state: str = request.state_at(now)
@@ -201,9 +257,13 @@ _AS_DECISION: dict[str, Decision] = {"admitted": "admit", "deferred": "defer"}
 
 
 def _actual(stored: Stored) -> Literal["admitted", "deferred"]:
-    """What the join decided when it was made: a request is a deferred join (whatever became of it
-    since); a machine without one was admitted at once."""
-    return "deferred" if stored.request is not None or stored.machine.request_id else "admitted"  # type: ignore[union-attr]
+    """What the join decided when it was made: a machine without a request was admitted at once,
+    and so was one whose request a policy rule approved (stored consumed, decided by the policy);
+    any other request is a deferred join, whatever became of it since."""
+    if stored.request is not None:
+        return "admitted" if stored.request.decided_by == join_decide.POLICY else "deferred"
+    assert stored.machine is not None
+    return "deferred" if stored.machine.request_id else "admitted"
 
 
 def counts(items: list[policy_views.SimulatedJoin]) -> policy_views.SimulationCounts:
