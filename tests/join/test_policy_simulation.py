@@ -266,7 +266,9 @@ def test_an_invalid_draft_is_refused_with_its_position_as_pools_update_refuses_i
     assert all_items() == stored
 
 
-def test_the_work_is_bounded_by_the_limit_and_the_rules_count(pool, make_token, admin_key) -> None:
+def test_the_work_is_bounded_by_the_limit_and_the_rules_count(
+    pool, make_token, admin_key, monkeypatch
+) -> None:
     # Given a pool with three admitted machines and two deferred joins, the first of which was
     # approved and became the pool's newest machine
     plain, approval = make_token(maxUses=5)["token"], make_token(requireApproval=True, maxUses=5)["token"]
@@ -295,3 +297,11 @@ def test_the_work_is_bounded_by_the_limit_and_the_rules_count(pool, make_token, 
     # And the rest are refused as bad input
     for refused in (too_many_items, too_many_rules, unknown):
         assert (refused.status, refused.code) == (400, "INVALID_ARGUMENT"), refused.body
+
+    # When a call has no time left to decide joins
+    monkeypatch.setattr("joinplane.policy_simulation.BUDGET_SECONDS", -1.0)
+    out_of_time = _simulate(admin_key)
+    # Then it answers with what it decided, nothing here, and says the joins left were not simulated
+    assert out_of_time.status == 200, out_of_time.body
+    assert (out_of_time.body["items"], out_of_time.body["complete"]) == ([], False)
+    assert out_of_time.body["counts"]["total"] == 0

@@ -17,12 +17,13 @@ most `policy.MAX_RULES` rules, its evaluation per join under the engine's budget
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
 
-from joinplane import attestors, clock, join_decide, join_requests, machines, policy, pools
+from joinplane import attestors, clock, deadline, join_decide, join_requests, machines, policy, pools
 from joinplane.attestors import Vote
 from joinplane.dal import recent
 from joinplane.dal.machines import MachineFactsRecord, MachineRecord
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 # Requests and machines read per simulation, each: a busy pool's day of joins, few enough that one
 # call reads a few MB at most and evaluates the draft for at most 400 joins.
 MAX_ITEMS = 200
+# Seconds one call may spend deciding joins (each evaluation is also held to the join's own budget):
+# well under the function's timeout, and far over what 400 joins take under rules within the cost
+# bounds (a few milliseconds each, the inventory's lookups included).
+BUDGET_SECONDS = 4.0
 
 Decision = Literal["admit", "defer", "deny"]
 
@@ -126,7 +131,15 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     # The site's inventory is read only for a draft that reads `site`: no rule can depend on it else.
     inventory = any(re.search(r"\bsite\b", rule.when) for rule in request.joinPolicy)
     now = clock.now()
-    items = [_simulated(compiled, stored, tokens, inventory, now) for stored in joins]
+    items: list[policy_views.SimulatedJoin] = []
+    started = time.monotonic()
+    for stored in joins:
+        # Newest first: a call that runs out of its budget answers the newest joins it simulated,
+        # and says older ones were not (`complete: false`), rather than running on.
+        if time.monotonic() - started > BUDGET_SECONDS or deadline.remaining() < deadline.DEFAULT_RESERVE:
+            complete = False
+            break
+        items.append(_simulated(compiled, stored, tokens, inventory, now))
     return {
         "tenantId": pool.tenant_id,
         "poolId": pool.pool_id,
