@@ -151,15 +151,15 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     }
 
 
-def _joins(requests: list[JoinRequestRecord], machines: list[MachineRecord]) -> list[Stored]:
+def _joins(requests: list[JoinRequestRecord], admitted: list[MachineRecord]) -> list[Stored]:
     """Each join once, newest first: a machine an approval made is its request's join, read with the
     other requests or, older than them, by its id."""
     by_id = {r.request_id: r for r in requests}
     older = recent.requests_by_id(
-        m.request_id for m in machines if m.request_id and m.request_id not in by_id
+        m.request_id for m in admitted if m.request_id and m.request_id not in by_id
     )
     joins = [Stored(r, None) for r in requests]
-    for machine in machines:
+    for machine in admitted:
         if machine.request_id is None:
             joins.append(Stored(None, machine))
         elif machine.request_id in older:
