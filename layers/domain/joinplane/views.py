@@ -23,11 +23,12 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 
 from joinplane import credentials, ids
 from joinplane.fact_views import AwsCaller, HardwareFacts, TpmFacts
+from joinplane.policy_views import PolicySimulation as PolicySimulation
 from joinplane.wire import DETAIL_TYPE, POOL_ID, TENANT_ID
+from joinplane.wire import TIMESTAMP as TIMESTAMP  # the hand-written contracts name it here
 
 VIEW = ConfigDict(extra="forbid")
 
-TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP, description="RFC 3339, UTC, with `Z`")]
 TenantId = Annotated[str, Field(pattern=TENANT_ID)]
 PoolId = Annotated[str, Field(pattern=POOL_ID)]
