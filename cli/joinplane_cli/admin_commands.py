@@ -93,9 +93,14 @@ def _pools(args: argparse.Namespace) -> Exit:
     if args.action == "list":
         return admin_pools.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
     pool = args.pool_id or _pool(args)
+    if args.action == "simulate":
+        from joinplane_cli import admin_simulate
+
+        return admin_simulate.pools_simulate(op, pool, args.policy, args.limit, args.changed)
     bootstrap = admin_pools.read_bootstrap(
         getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
     )
+    policy = admin_pools.read_policy(getattr(args, "policy", None))
     if args.action == "create":
         site = shared_options.need(args.site, "--site", "a site id", configurable=False)
         return admin_pools.pools_create(
@@ -108,6 +113,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            policy,
         )
     if args.action == "update":
         return admin_pools.pools_update(
@@ -119,6 +125,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            policy,
         )
     if args.action == "get":
         return admin_pools.pools_get(op, pool)
@@ -287,11 +294,11 @@ def tokens_command(p: Parents) -> None:
 
 def pools_command(p: Parents) -> None:
     commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
-    pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive)")
+    pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive, simulate)")
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("create", "create a pool"),
-        ("update", "change a pool's name, workspace or lifetimes"),
+        ("update", "change a pool's name, workspace, lifetimes, bootstrap or join policy"),
     ):
         change = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(change)
@@ -333,12 +340,39 @@ def pools_command(p: Parents) -> None:
             help="a JSON object of the bootstrap handed to machines"
             + (" (replaces the pool's whole bootstrap)" if name == "update" else ""),
         )
+        change.add_argument(
+            "--policy",
+            metavar="FILE",
+            help="the join policy: a JSON list of CEL rules (docs/policy.md), - for standard input"
+            + ("; replaces the pool's whole policy, `none` removes it" if name == "update" else ""),
+        )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")
     listing.add_argument("--state", choices=("active", "archived", "all"), help="only pools in this state")
     for name, text in (("get", "show a pool"), ("archive", "archive a pool: no new joins or tokens")):
         one = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(one)
+    simulate = actions.add_parser(
+        "simulate",
+        parents=[server, operator],
+        help="what a draft join policy would have decided for the pool's recent joins (saves nothing)",
+    )
+    shared_options.pool_id_argument(simulate)
+    simulate.add_argument(
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="the draft: a JSON list of rules (docs/policy.md); - reads stdin",
+    )
+    simulate.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="simulate the N newest requests and the N newest machines (1 to 200, server default 200)",
+    )
+    simulate.add_argument(
+        "--changed", action="store_true", help="list only the joins whose outcome would change"
+    )
     pools.set_defaults(handler=_pools)
 
 

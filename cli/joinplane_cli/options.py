@@ -189,6 +189,7 @@ OPTION_OF = {
     "attestation.identity": "--identity",
     "bootstrap.controlplaneHttpUrl": "--controlplane-url",
     "bootstrap": "--bootstrap",
+    "joinPolicy": "--policy",
     "certificate": "--certificate",
     "chain": "--chain",
 }

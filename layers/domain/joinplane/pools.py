@@ -18,12 +18,14 @@ from joinplane.dal.pools import (
     DEFAULT_CA_PROPAGATION,
     BootstrapRecord,
     ClusterSettingsRecord,
+    PolicyRuleRecord,
     PoolChanges,
     PoolRecord,
     TelemetrySinkRecord,
 )
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
+from joinplane.policy_rules import JoinPolicy, PolicyRule
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
 if TYPE_CHECKING:
@@ -115,6 +117,7 @@ class CreatePool(PoolRef):
         default=DEFAULT_CA_PROPAGATION, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION
     )
     cluster: ClusterSettings | None = None
+    joinPolicy: JoinPolicy = Field(default_factory=list)
 
 
 class UpdatePool(PoolRef):
@@ -127,6 +130,7 @@ class UpdatePool(PoolRef):
     certificateTtlSeconds: int | None = Field(default=None, ge=300, le=MAX_CERTIFICATE_TTL)
     caPropagationSeconds: int | None = Field(default=None, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION)
     cluster: ClusterSettings | None = None
+    joinPolicy: JoinPolicy | None = None  # []: the policy is removed
 
 
 class ListPools(BaseModel):
@@ -157,6 +161,22 @@ def _stored_cluster(request: ClusterSettings) -> ClusterSettingsRecord:
     return ClusterSettingsRecord(request.requiredNodeVersion)
 
 
+def _stored_policy(rules: list[PolicyRule]) -> tuple[PolicyRuleRecord, ...]:
+    """The policy as stored, once every rule compiled: one that does not is refused (400, naming
+    the rule and the position) before anything is written. The engine is loaded only here, and
+    only for a policy with rules."""
+    if rules:
+        from joinplane import policy
+
+        policy.compile_policy(rules)
+    return tuple(PolicyRuleRecord(r.name, r.when, r.decision, r.reason) for r in rules)
+
+
+def _rule_view(rule: PolicyRuleRecord) -> views.JoinPolicyRule:
+    decision: Any = rule.decision  # one of the three: the policy was compiled when saved
+    return {"name": rule.name, "when": rule.when, "decision": decision, "reason": rule.reason}
+
+
 def view(pool: PoolRecord) -> views.Pool:
     return {
         "tenantId": pool.tenant_id,
@@ -170,6 +190,7 @@ def view(pool: PoolRecord) -> views.Pool:
         "certificateTtlSeconds": pool.certificate_ttl_seconds,
         "caPropagationSeconds": pool.ca_propagation_seconds,
         "cluster": _stored_view(pool.cluster) if pool.cluster else None,
+        "joinPolicy": [_rule_view(rule) for rule in pool.join_policy],
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
@@ -268,6 +289,7 @@ def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> N
 
 def create(principal: Principal, request: CreatePool) -> views.Pool:
     authorize_placement(principal, request.tenantId, request.siteId)
+    join_policy = _stored_policy(request.joinPolicy)
     now = clock.rfc3339(clock.now())
     pool = PoolRecord(
         tenant_id=request.tenantId,
@@ -281,6 +303,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         certificate_ttl_seconds=request.certificateTtlSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         ca_propagation_seconds=request.caPropagationSeconds,
+        join_policy=join_policy,
         created_at=now,
         updated_at=now,
         created_by=principal.key_id,
@@ -316,6 +339,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         ca_propagation_seconds=request.caPropagationSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         remove_cluster="cluster" in given and request.cluster is None,
+        join_policy=_stored_policy(request.joinPolicy) if request.joinPolicy is not None else None,
     )
     try:
         pool = pools_db.update_active(

@@ -23,11 +23,12 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 
 from joinplane import credentials, ids
 from joinplane.fact_views import AwsCaller, HardwareFacts, TpmFacts
+from joinplane.policy_views import PolicySimulation as PolicySimulation
 from joinplane.wire import DETAIL_TYPE, POOL_ID, TENANT_ID
+from joinplane.wire import TIMESTAMP as TIMESTAMP  # the hand-written contracts name it here
 
 VIEW = ConfigDict(extra="forbid")
 
-TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP, description="RFC 3339, UTC, with `Z`")]
 TenantId = Annotated[str, Field(pattern=TENANT_ID)]
 PoolId = Annotated[str, Field(pattern=POOL_ID)]
@@ -124,6 +125,16 @@ class StoredClusterSettings(TypedDict):
 
 
 @with_config(VIEW)
+class JoinPolicyRule(TypedDict):
+    """One rule of a pool's join policy: when the CEL condition `when` holds, `decision` is taken."""
+
+    name: str
+    when: str
+    decision: Literal["approve", "defer", "deny"]
+    reason: str
+
+
+@with_config(VIEW)
 class Pool(TypedDict):
     tenantId: TenantId
     poolId: PoolId
@@ -136,6 +147,10 @@ class Pool(TypedDict):
     certificateTtlSeconds: int
     caPropagationSeconds: int
     cluster: StoredClusterSettings | None
+    joinPolicy: Annotated[
+        list[JoinPolicyRule],
+        Field(description="The join policy's rules in order (docs/policy.md); empty: no policy."),
+    ]
     createdAt: Timestamp
     updatedAt: Timestamp
     archivedAt: Timestamp | None

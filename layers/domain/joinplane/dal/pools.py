@@ -172,6 +172,22 @@ class ClusterSettingsRecord(NamedTuple):
         return _present(requiredNodeVersion=self.required_node_version)
 
 
+class PolicyRuleRecord(NamedTuple):
+    """One rule of a pool's join policy (joinplane.policy), as written and as compiled when saved."""
+
+    name: str
+    when: str
+    decision: str  # approve | defer | deny
+    reason: str = ""
+
+    @classmethod
+    def from_item(cls, item: Item) -> PolicyRuleRecord:
+        return cls(item["name"], item["when"], item["decision"], item.get("reason", ""))
+
+    def to_item(self) -> Item:
+        return {"name": self.name, "when": self.when, "decision": self.decision, "reason": self.reason}
+
+
 class PoolRecord(NamedTuple):
     tenant_id: str
     pool_id: str
@@ -196,6 +212,9 @@ class PoolRecord(NamedTuple):
     # How long a rotated CA is in the bundle before it signs; pools stored before it was a setting
     # read as the default.
     ca_propagation_seconds: int = DEFAULT_CA_PROPAGATION
+    # The join policy, on the pool's item so that a join reads it with the pool (no call of its
+    # own); empty: no policy. Pools stored before policies read as empty.
+    join_policy: tuple[PolicyRuleRecord, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -229,6 +248,7 @@ class PoolRecord(NamedTuple):
             updated_by=item.get("updatedBy"),
             archived_by=item.get("archivedBy"),
             ca_propagation_seconds=int(item.get("caPropagationSeconds", DEFAULT_CA_PROPAGATION)),
+            join_policy=tuple(PolicyRuleRecord.from_item(rule) for rule in item.get("joinPolicy") or ()),
         )
 
     def to_item(self) -> Item:
@@ -256,6 +276,7 @@ class PoolRecord(NamedTuple):
             "updatedBy": self.updated_by,
             "archivedBy": self.archived_by,
             "caPropagationSeconds": self.ca_propagation_seconds,
+            "joinPolicy": [rule.to_item() for rule in self.join_policy] or None,
         }
 
 
@@ -315,7 +336,7 @@ def create(pool: PoolRecord) -> None:
 
 class PoolChanges(NamedTuple):
     """What an update replaces, whole: a field left None is left alone. Only the cluster settings
-    can be removed (`remove_cluster`)."""
+    (`remove_cluster`) and the join policy (an empty one) can be removed."""
 
     name: str | None = None
     workspace_id: str | None = None
@@ -325,6 +346,7 @@ class PoolChanges(NamedTuple):
     ca_propagation_seconds: int | None = None
     cluster: ClusterSettingsRecord | None = None
     remove_cluster: bool = False
+    join_policy: tuple[PolicyRuleRecord, ...] | None = None  # (): the policy is removed
 
     def attributes(self) -> Item:
         """The stored attributes replaced (None: removed)."""
@@ -339,6 +361,8 @@ class PoolChanges(NamedTuple):
         )
         if self.remove_cluster:
             replaced["cluster"] = None
+        if self.join_policy is not None:
+            replaced["joinPolicy"] = [rule.to_item() for rule in self.join_policy] or None
         return replaced
 
 

@@ -82,6 +82,7 @@ ATTRIBUTES = {
     "token_description": "tokenDescription",
     "source_ip": "sourceIp",
     "verdicts": "verdicts",
+    "policy_rule": "policyRule",
 }
 REQUIRED = (
     "request_id",
@@ -121,6 +122,9 @@ class JoinRequestRecord(NamedTuple):
     token_description: str | None = None
     source_ip: str | None = None
     verdicts: tuple[VerdictRecord, ...] = ()  # every attestor's verdict, admits included
+    # The pool's join policy rule that decided the join: approved it at once (the request is then
+    # stored consumed, `decidedBy: policy`) or deferred it (its vote is among `reasons`).
+    policy_rule: str | None = None
 
     @property
     def ttl(self) -> int:

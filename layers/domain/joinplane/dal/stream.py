@@ -48,6 +48,7 @@ class RequestImage(NamedTuple):
     consumed_at: str | None = None
     machine_id: str | None = None
     expired_at: str | None = None
+    policy_rule: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> RequestImage:
@@ -74,6 +75,7 @@ class MachineImage(NamedTuple):
     certificate_serial: str | None = None
     last_renewed_at: str | None = None
     facts: Item | None = None  # as stored: the join's facts (the TPM it proved, for the event)
+    policy_rule: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:
