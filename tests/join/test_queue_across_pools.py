@@ -6,6 +6,8 @@ client that sends poolId is answered exactly as before (tests/join/test_queue.py
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
@@ -101,7 +103,8 @@ def test_the_state_filter_works_across_pools(queue, admin_key) -> None:
     assert len(listed(admin_key, state="all")) == 6
 
 
-def test_a_key_sees_only_the_queues_its_grants_reach(queue, admin_key) -> None:
+@pytest.mark.parametrize("state", ["all", "pending"])
+def test_a_key_sees_only_the_queues_its_grants_reach(queue, admin_key, state) -> None:
     for grant, sees in [
         ("compute:join-tokens:read@compute-pool/cpu", ["cpu", "rack-2"]),
         ("compute:join-tokens:read@site/rack-1", ["gpu", "rack-1"]),
@@ -111,7 +114,7 @@ def test_a_key_sees_only_the_queues_its_grants_reach(queue, admin_key) -> None:
         # Given a key with one grant
         key = make_key(admin_key, grant)
         # When it lists the queue without a pool
-        items = listed(key, state="all")
+        items = listed(key, state=state)
         # Then it sees exactly the requests of the pools it may read and of those pools' sites
         assert [r["requestId"] for r in items] == sorted(chain(*(queue[name] for name in sees))), grant
 
@@ -137,25 +140,85 @@ def test_another_tenant_is_refused_and_its_own_queue_is_empty(queue, admin_key) 
     assert call(LIST, {"tenantId": "globex"}, key).body == {"requests": []}
 
 
-def test_a_page_across_pools_costs_a_bounded_number_of_queries(queue, admin_key) -> None:
-    # Given 2 pools and 2 sites (4 owners), When each state is listed without a pool
+@contextmanager
+def counting() -> Iterator[Counter[str]]:
+    """The DynamoDB calls made inside the block, by operation."""
     counted: Counter[str] = Counter()
 
     def count(event_name: str, **_: Any) -> None:
         counted[event_name.rsplit(".", 1)[-1]] += 1
 
     client = aws.client("dynamodb")
-    client.meta.events.register("before-call.dynamodb.*", count)
+    client.meta.events.register("before-call.dynamodb.*", count, unique_id="queue-cost")
     try:
-        for state, sources in [("pending", 1), ("expired", 3), ("all", 5)]:
-            counted.clear()
-            reply = call(LIST, {"tenantId": "acme", "state": state}, admin_key)
-            assert reply.status == 200
-            # Then the Queries are the pool listing (1) and at most rounds x owners x sources
-            assert counted["Query"] <= 1 + join_requests.MAX_ROUNDS * 4 * sources
-            assert "Scan" not in counted
+        yield counted
     finally:
-        client.meta.events.unregister("before-call.dynamodb.*", count)
+        client.meta.events.unregister("before-call.dynamodb.*", unique_id="queue-cost")
+
+
+def test_a_page_across_pools_costs_a_bounded_number_of_queries(queue, admin_key) -> None:
+    # Given 2 pools and 2 sites (4 owners), When each other state is listed without a pool
+    for state, sources in [("expired", 3), ("all", 5)]:
+        with counting() as counted:
+            reply = call(LIST, {"tenantId": "acme", "state": state}, admin_key)
+        assert reply.status == 200
+        # Then the Queries are the pool listing (1) and at most rounds x owners x sources
+        assert counted["Query"] <= 1 + join_requests.MAX_ROUNDS * 4 * sources
+        assert "Scan" not in counted
+
+
+def test_a_page_of_the_pending_queue_across_pools_is_two_queries(queue, admin_key) -> None:
+    # Given 2 pools and 2 sites with 6 pending requests
+    # When the pending queue is listed without a pool
+    with counting() as counted:
+        reply = call(LIST, {"tenantId": "acme"}, admin_key)
+    # Then it is the pool listing and one Query of the tenant's queue, not one per pool and site
+    assert len(reply.body["requests"]) == 6
+    assert counted == Counter({"GetItem": 1, "Query": 2})  # GetItem: the calling key
+
+
+def test_a_key_of_one_pool_reads_its_partitions_within_three_queries(queue, admin_key) -> None:
+    # Given a key that reads pool cpu only (its partition and its site's: one Query each fits)
+    key = make_key(admin_key, "compute:join-tokens:read@compute-pool/cpu")
+    # When it lists the pending queue without a pool
+    with counting() as counted:
+        reply = call(LIST, {"tenantId": "acme"}, key)
+    # Then the pool listing and the two partitions, and exactly its requests
+    assert counted == Counter({"GetItem": 1, "Query": 3})
+    assert [r["requestId"] for r in reply.body["requests"]] == sorted(queue["cpu"] + queue["rack-2"])
+
+
+def test_a_narrow_key_pages_through_the_tenants_queue_within_three_queries_a_page(
+    queue, admin_key, make_token, machine_factory
+) -> None:
+    # Given a third pool, arm, whose requests come last in the tenant's queue, and a key that reads
+    # gpu and cpu (four partitions: over the budget, so the tenant's queue is read)
+    created = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "arm", "siteId": "rack-2", "name": "ARM", "workspaceId": "w"},
+        admin_key,
+    )
+    assert created.status == 200, created.body
+    defer(make_token, machine_factory, 3, poolId="arm")
+    key = make_key(
+        admin_key, "compute:join-tokens:read@compute-pool/gpu", "compute:join-tokens:read@compute-pool/cpu"
+    )
+    # When it follows the cursor one request a page
+    seen: list[str] = []
+    cursor = None
+    while True:
+        with counting() as counted:
+            reply = call(
+                LIST, {"tenantId": "acme", "limit": 1, **({"cursor": cursor} if cursor else {})}, key
+            )
+        # Then no page costs more than 3 Queries
+        assert reply.status == 200 and counted["Query"] <= 3, counted
+        seen += [r["requestId"] for r in reply.body["requests"]]
+        cursor = reply.body.get("nextCursor")
+        if not cursor:
+            break
+    # And the pages hold exactly its requests, each once, oldest first: arm's never
+    assert seen == sorted(chain(*(queue[name] for name in ("gpu", "rack-1", "cpu", "rack-2"))))
 
 
 # --- get, approve, reject by id alone ----------------------------------------------------------
