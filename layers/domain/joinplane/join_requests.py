@@ -380,25 +380,38 @@ def _matches(request: ListJoinRequests, shown_owners: set[Owner], candidate: Joi
 
 
 def _from_queue(request: ListJoinRequests, listed: Owners) -> Examined:
-    """Pending requests from the tenant's queue, each Query reading the key's share of a page (a key
-    of 5 pools in 200 reads 40 times the page, up to QUEUE_READ_MAX), for QUERY_BUDGET Queries."""
+    """Pending requests from the tenant's queue: each Query reads the key's share of a page (a key
+    of 5 pools in 200 reads 40 times the page, up to QUEUE_READ_MAX), for QUERY_BUDGET Queries;
+    the entries the key may see are then read whole by key and checked again as read."""
     shown_owners = set(listed.owners)
     seen_pools = sum(1 for _, pool_id in listed.owners if pool_id is not None)
     share = max(1, listed.tenant_pools or 1) / max(1, seen_pools)
     read = min(QUEUE_READ_MAX, max(request.limit + 1, int((request.limit + 1) * share)))
+    now = clock.now()
     cursor = request.cursor
-    matching: list[JoinRequestRecord] = []
+    picked: list[str] = []
+    more = True
     for _ in range(QUERY_BUDGET):
         page = requests_db.queue_page(listed.tenant_id, after=cursor, limit=read)
-        for candidate in page.requests:
-            cursor = candidate.request_id
-            if _matches(request, shown_owners, candidate):
-                matching.append(candidate)
-                if len(matching) > request.limit:
-                    return Examined(matching, cursor)
+        for entry in page.entries:
+            cursor = entry.request_id
+            if (entry.site_id, entry.pool_id) in shown_owners and entry.pending_at(now):
+                picked.append(entry.request_id)
+                if len(picked) > request.limit:
+                    break
+        if len(picked) > request.limit:
+            break
         if page.complete:
-            return Examined(matching, None)
-    return Examined(matching, cursor)
+            more = False
+            break
+    if len(picked) > request.limit:
+        # One over the page says more follow; the page itself ends at its last request.
+        picked = picked[: request.limit]
+        cursor = picked[-1]
+    found = requests_db.get_many(picked)
+    # Read after the index: a request decided meanwhile is no longer pending and is left out.
+    matching = [found[i] for i in picked if i in found and _matches(request, shown_owners, found[i])]
+    return Examined(matching, cursor if more else None)
 
 
 def _from_partitions(request: ListJoinRequests, listed: Owners, rounds: int) -> Examined:

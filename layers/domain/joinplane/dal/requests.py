@@ -10,8 +10,9 @@
   `<expiresAtEpoch, 12 digits>#<requestId>`, read by the retention job up to now.
 - The tenant's queue (gsi3, sparse: only while pending): `JREQQ#<tenant>` / `<requestId>`, so
   a page of a tenant's pending requests across every pool is one Query however many pools it has
-  (docs/queue.md). Only `pending`: the queue is what an operator watches, and keeping the decided
-  states out makes every later transition one index delete and the history nothing at all.
+  (docs/queue.md). It projects only the owner and the expiry (`QueueEntry`): what picks a key's
+  requests, which are then read by key. Only `pending`: the queue is what an operator watches,
+  and keeping the decided states out makes every later transition one index delete at most.
 - `ttl`: DynamoDB TTL deletes a request `RETENTION_SECONDS` after its expiry.
 """
 
@@ -393,11 +394,51 @@ def list_partition_page(
     return RequestPage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key is None)
 
 
-def queue_page(tenant_id: str, *, after: str | None, limit: int) -> RequestPage:
+class QueueEntry(NamedTuple):
+    """A request as the tenant's queue holds it (gsi3 projects only this): enough to pick a key's
+    requests, which are then read whole (`get_many`)."""
+
+    request_id: str
+    site_id: str
+    pool_id: str | None
+    expires_at_epoch: int
+
+    def pending_at(self, now: datetime) -> bool:
+        """Still pending as read at `now` (the index holds only stored `pending`)."""
+        return self.expires_at_epoch > clock.seconds(now)
+
+
+class QueuePage(NamedTuple):
+    entries: list[QueueEntry]
+    complete: bool  # the queue holds nothing after the last entry
+
+
+def queue_page(tenant_id: str, *, after: str | None, limit: int) -> QueuePage:
     """One page of the tenant's pending requests, every pool and site, in requestId order, after
     `after` (gsi3: eventually consistent, like gsi1)."""
     page = dynamo.query(pk=queue_partition(tenant_id), index="gsi3", sk_after=after, limit=limit)
-    return RequestPage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key is None)
+    entries = [
+        QueueEntry(
+            str(item["gsi3sk"]),
+            str(item["siteId"]),
+            item.get("poolId"),
+            int(item["expiresAtEpoch"]),
+        )
+        for item in page.items
+    ]
+    return QueuePage(entries, page.last_key is None)
+
+
+def get_many(request_ids: list[str]) -> dict[str, JoinRequestRecord]:
+    """The requests of `request_ids` found, by id: one BatchGetItem per 100, eventually consistent
+    (read after an index that is too; the caller checks each as read)."""
+    found: dict[str, JoinRequestRecord] = {}
+    for start in range(0, len(request_ids), 100):
+        keys = [request_key(request_id) for request_id in request_ids[start : start + 100]]
+        for item in dynamo.batch_get(keys, consistent=False).values():
+            record = JoinRequestRecord.from_item(item)
+            found[record.request_id] = record
+    return found
 
 
 class DuePage(NamedTuple):
