@@ -144,6 +144,13 @@ class Backoff:
         self.failures = 0
 
 
+def busy_pause(backoff: Backoff, failed: ApiError) -> float:
+    """How long to wait out a busy server: the backoff's next pause, but never less than the
+    server's Retry-After (a 503 from KMS throttling or a lack of time, a 429 of the local
+    runtime): asking sooner would only meet the same crowd."""
+    return max(backoff.next(), failed.retry_after or 0.0)
+
+
 def retryable(failed: ApiError) -> bool:
     """Worth asking again later, unchanged: a busy or failing server (5xx, 429, UNAVAILABLE...)."""
     return failed.transient or failed.status >= 500
@@ -397,7 +404,7 @@ class Agent:
                     if not ((self.o.service or self.o.wait) and retryable(failed)) or self._out_of_time(wait):
                         raise
                     busy = f"server busy ({failed.code})"
-                    self._pause(status, wait, self._retry_in(backoff, wait), busy, jitter=False)
+                    self._pause(status, wait, self._retry_in(backoff, wait, failed), busy, jitter=False)
                     continue
                 except Unreachable as down:
                     if not (self.o.service or self.o.wait) or self._out_of_time(wait):
@@ -449,9 +456,10 @@ class Agent:
                 self.complain("Interrupted.")
             return Exit.INTERRUPTED
 
-    def _retry_in(self, backoff: Backoff, wait: _Wait) -> float:
-        """The next backoff pause, cut short where --max-wait ends."""
-        delay = backoff.next()
+    def _retry_in(self, backoff: Backoff, wait: _Wait, failed: ApiError | None = None) -> float:
+        """The next backoff pause (at least a busy server's Retry-After), cut short where --max-wait
+        ends."""
+        delay = busy_pause(backoff, failed) if failed is not None else backoff.next()
         if self.o.max_wait is not None:
             delay = min(delay, max(self.o.max_wait - wait.elapsed(), 0.0))
         return delay
