@@ -135,20 +135,13 @@ class Backoff:
         self.cap = cap
         self.failures = 0
 
-    def next(self) -> float:
+    def next(self, at_least: float = 0.0) -> float:  # at_least: a busy server's Retry-After
         ceiling = min(self.cap, self.base * 2.0 ** min(self.failures, 32))
         self.failures += 1
-        return ceiling * random.uniform(0.5, 1.0)
+        return max(ceiling * random.uniform(0.5, 1.0), at_least)
 
     def reset(self) -> None:
         self.failures = 0
-
-
-def busy_pause(backoff: Backoff, failed: ApiError) -> float:
-    """How long to wait out a busy server: the backoff's next pause, but never less than the
-    server's Retry-After (a 503 from KMS throttling or a lack of time, a 429 of the local
-    runtime): asking sooner would only meet the same crowd."""
-    return max(backoff.next(), failed.retry_after or 0.0)
 
 
 def retryable(failed: ApiError) -> bool:
@@ -457,9 +450,8 @@ class Agent:
             return Exit.INTERRUPTED
 
     def _retry_in(self, backoff: Backoff, wait: _Wait, failed: ApiError | None = None) -> float:
-        """The next backoff pause (at least a busy server's Retry-After), cut short where --max-wait
-        ends."""
-        delay = busy_pause(backoff, failed) if failed is not None else backoff.next()
+        """The next backoff pause, no sooner than a busy server asked, cut short where --max-wait ends."""
+        delay = backoff.next((failed.retry_after or 0.0) if failed is not None else 0.0)
         if self.o.max_wait is not None:
             delay = min(delay, max(self.o.max_wait - wait.elapsed(), 0.0))
         return delay

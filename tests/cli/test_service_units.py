@@ -60,8 +60,8 @@ def test_a_busy_server_is_waited_out_at_least_as_long_as_its_retry_after() -> No
     silent = ApiError(503, "UNAVAILABLE", "busy")
     # When the agent waits each out after its first failure
     # Then it waits at least what the server asked, else its own backoff (half to all of 1 s)
-    assert agent.busy_pause(agent.Backoff(), told) >= 20.0
-    assert 0.5 <= agent.busy_pause(agent.Backoff(), silent) <= 1.0
+    assert agent.Backoff().next(told.retry_after or 0.0) >= 20.0
+    assert 0.5 <= agent.Backoff().next(silent.retry_after or 0.0) <= 1.0
 
 
 @pytest.mark.parametrize(
