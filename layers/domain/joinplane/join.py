@@ -52,7 +52,7 @@ from joinplane.dal.machines import Claim, IdentityRecord, MachineRecord, TpmFact
 from joinplane.dal.pools import PoolRecord
 from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
-from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
+from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, RetryLater
 from joinplane.join_decide import (
     AdmitByPolicy,
     ConsumeApproval,
@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 
 Response = tuple[int, "join_views.JoinMachineResponse"]
 
+# A transaction DynamoDB cancelled for no condition of its own: the same item (most often the join
+# token, which every join through it updates) in other transactions past the retries. Nothing was
+# written; a second later the crowd has moved on (docs/fleet.md).
 NOT_RECORDED = "the join could not be recorded, retry"
 
 
@@ -318,7 +321,7 @@ def _commit_fresh(
         admitted = joins_db.admit(token, now=now, pool=pool, identity=record, machine=machine, request=req)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
     except joins_db.NotRecorded:
-        raise Unavailable(NOT_RECORDED) from None
+        raise RetryLater(NOT_RECORDED) from None
 
 
 # --- a key with a history ----------------------------------------------------------------------
@@ -391,7 +394,7 @@ def _consume(attempt: Attempt, record: IdentityRecord, request: JoinRequestRecor
                 now=clock.now(),
             )
         except joins_db.NotRecorded:
-            raise Unavailable(NOT_RECORDED) from None
+            raise RetryLater(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
                 observe.decision(
@@ -459,7 +462,7 @@ def _rejoin(attempt: Attempt, record: IdentityRecord, machine: MachineRecord) ->
                 now=clock.now(),
             )
         except joins_db.NotRecorded:
-            raise Unavailable(NOT_RECORDED) from None
+            raise RetryLater(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
                 return _told(_admitted(pool, machine.machine_id, secret, cert, image, renewed.schedulable))
