@@ -99,15 +99,41 @@ class JoinRequestCreatedDetail(RequestScoped):
 
 
 @with_config(DETAIL)
+class Approver(TypedDict):
+    """One approval of a join request: by an API key, or by a join policy's rule."""
+
+    by: Annotated[str, Field(description="the approving API key's id, or `policy:<rule name>`")]
+    at: Timestamp
+
+
+ApprovalCount = Annotated[int, Field(ge=1, le=3)]
+
+
+@with_config(DETAIL)
+class JoinRequestApprovalRecordedDetail(RequestScoped):
+    """one approval of a join request whose pool requires more than one: recorded, and the request
+    still pending (`approvals` so far, of `approvalsRequired`). Not an approval of the join: the
+    machine is admitted only after `security.join-request.approved`."""
+
+    requestId: str
+    state: Literal["pending"]
+    approvedBy: Annotated[str, Field(description="the approval this event records (see `Approver.by`)")]
+    approvals: Sequence[Approver]
+    approvalsRequired: ApprovalCount
+
+
+@with_config(DETAIL)
 class JoinRequestApprovedDetail(RequestScoped):
     """an operator approved a join request: the machine's retry with the same CSR is admitted once,
-    before `expiresAt`."""
+    before `expiresAt`. `decidedBy` gave the last approval the pool required; `approvals` lists
+    every approval, that one included."""
 
     requestId: str
     state: Literal["approved"]
     decidedBy: Decider
     expiresAt: str
     reason: NotRequired[str]
+    approvals: Sequence[Approver]
 
 
 @with_config(DETAIL)

@@ -38,6 +38,8 @@ MAX_CERTIFICATE_TTL = 30 * 86_400
 # still sees the new CA before its first certificate; at most the longest certificate's life.
 MIN_CA_PROPAGATION = 300
 MAX_CA_PROPAGATION = 30 * 86_400
+# Distinct approvals a join request of the pool needs (docs/queue.md, "Two approvals").
+MAX_APPROVALS = 3
 
 _Text = Field(default=None, max_length=1024, pattern=TEXT)
 
@@ -115,6 +117,7 @@ class CreatePool(PoolRef):
         default=DEFAULT_CA_PROPAGATION, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION
     )
     cluster: ClusterSettings | None = None
+    approvalsRequired: int = Field(default=1, ge=1, le=MAX_APPROVALS)
 
 
 class UpdatePool(PoolRef):
@@ -127,6 +130,7 @@ class UpdatePool(PoolRef):
     certificateTtlSeconds: int | None = Field(default=None, ge=300, le=MAX_CERTIFICATE_TTL)
     caPropagationSeconds: int | None = Field(default=None, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION)
     cluster: ClusterSettings | None = None
+    approvalsRequired: int | None = Field(default=None, ge=1, le=MAX_APPROVALS)
 
 
 class ListPools(BaseModel):
@@ -173,6 +177,7 @@ def view(pool: PoolRecord) -> views.Pool:
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
+        "approvalsRequired": pool.approvals_required,
     }
 
 
@@ -281,6 +286,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         certificate_ttl_seconds=request.certificateTtlSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         ca_propagation_seconds=request.caPropagationSeconds,
+        approvals_required=request.approvalsRequired,
         created_at=now,
         updated_at=now,
         created_by=principal.key_id,
@@ -316,6 +322,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         ca_propagation_seconds=request.caPropagationSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         remove_cluster="cluster" in given and request.cluster is None,
+        approvals_required=request.approvalsRequired,
     )
     try:
         pool = pools_db.update_active(

@@ -139,6 +139,14 @@ class Pool(TypedDict):
     createdAt: Timestamp
     updatedAt: Timestamp
     archivedAt: Timestamp | None
+    approvalsRequired: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=3,
+            description="how many distinct API keys must approve a join request of this pool",
+        ),
+    ]
 
 
 @with_config(VIEW)
@@ -328,6 +336,15 @@ class RequestedMachine(TypedDict):
 
 
 @with_config(VIEW)
+class Approval(TypedDict):
+    by: Annotated[
+        str, Field(description="the approving API key's id, or `policy:<rule name>` for a join policy")
+    ]
+    at: Timestamp
+    reason: str | None
+
+
+@with_config(VIEW)
 class JoinRequest(TypedDict):
     requestId: Annotated[str, Field(pattern=ids.REQUEST_ID)]
     tenantId: TenantId
@@ -354,6 +371,20 @@ class JoinRequest(TypedDict):
     verdicts: Annotated[
         list[AttestorVerdict],
         Field(description="every attestor's verdict on the join; empty on a request older than this field"),
+    ]
+    approvals: Annotated[
+        list[Approval],
+        Field(description="who approved so far, oldest first: one per API key (or join policy rule)"),
+    ]
+    approvalsRequired: Annotated[
+        int | None,
+        Field(
+            description=(
+                "approvals needed: while pending, what the pool requires now; once decided, what it "
+                "required at the last approval. null for a site's request no pool claimed, read "
+                "without naming a pool: the pool that claims it decides"
+            )
+        ),
     ]
 
 

@@ -196,6 +196,9 @@ class PoolRecord(NamedTuple):
     # How long a rotated CA is in the bundle before it signs; pools stored before it was a setting
     # read as the default.
     ca_propagation_seconds: int = DEFAULT_CA_PROPAGATION
+    # How many distinct approvals a join request of this pool needs; pools stored before it was a
+    # setting read as one.
+    approvals_required: int = 1
 
     @property
     def active(self) -> bool:
@@ -229,6 +232,7 @@ class PoolRecord(NamedTuple):
             updated_by=item.get("updatedBy"),
             archived_by=item.get("archivedBy"),
             ca_propagation_seconds=int(item.get("caPropagationSeconds", DEFAULT_CA_PROPAGATION)),
+            approvals_required=int(item.get("approvalsRequired", 1)),
         )
 
     def to_item(self) -> Item:
@@ -256,6 +260,7 @@ class PoolRecord(NamedTuple):
             "updatedBy": self.updated_by,
             "archivedBy": self.archived_by,
             "caPropagationSeconds": self.ca_propagation_seconds,
+            "approvalsRequired": self.approvals_required,
         }
 
 
@@ -325,6 +330,7 @@ class PoolChanges(NamedTuple):
     ca_propagation_seconds: int | None = None
     cluster: ClusterSettingsRecord | None = None
     remove_cluster: bool = False
+    approvals_required: int | None = None
 
     def attributes(self) -> Item:
         """The stored attributes replaced (None: removed)."""
@@ -336,6 +342,7 @@ class PoolChanges(NamedTuple):
             certificateTtlSeconds=self.certificate_ttl_seconds,
             caPropagationSeconds=self.ca_propagation_seconds,
             cluster=self.cluster.to_item() if self.cluster else None,
+            approvalsRequired=self.approvals_required,
         )
         if self.remove_cluster:
             replaced["cluster"] = None
