@@ -97,6 +97,11 @@ REQUEST_ITEM: dict[str, Any] = {
     "tokenDescription": "rack 12 batch",
     "sourceIp": "203.0.113.7",
     "verdicts": [{"attestor": "token", "verdict": "defer"}, {"attestor": "tpm", "verdict": "admit"}],
+    "approvals": {
+        "key_b": {"at": "2026-11-30T10:02:00Z"},
+        "key_a": {"at": "2026-11-30T10:01:00Z", "reason": "serials checked"},
+    },
+    "approvalsRequired": 3,
     "ttl": 1_767_312_000 + 30 * 86_400,
 }
 
@@ -148,6 +153,7 @@ POOL_ITEM: dict[str, Any] = {
     "joinRequestTtlSeconds": 3600,
     "certificateTtlSeconds": 86_400,
     "caPropagationSeconds": 86_400,
+    "approvalsRequired": 2,
     "cluster": {"requiredNodeVersion": "0.9.1"},
     "createdAt": "2026-01-01T00:00:00Z",
     "updatedAt": "2026-01-01T00:00:00Z",

@@ -74,7 +74,11 @@ def machine_transitions() -> list[tuple[str, dict | None, dict]]:
         "approvalsRequired": 1,
     }
     # One of two approvals: the request stays pending.
-    half_approved = {**REQUEST, "approvals": {"key_2": {"at": "2026-11-30T10:04:00Z"}}, "approvalsRequired": 2}
+    half_approved = {
+        **REQUEST,
+        "approvals": {"key_2": {"at": "2026-11-30T10:04:00Z"}},
+        "approvalsRequired": 2,
+    }
     return [
         ("security.join-request.created", None, REQUEST),
         ("security.join-request.approval-recorded", REQUEST, half_approved),
