@@ -1,7 +1,8 @@
 """Telling join requests apart in the console: each row names its request and token, a request has a
 page of its own with everything it carries and every attestor's verdict (and, in a pool needing two
-approvals, who approved so far), several are decided at once, the audit trail speaks in hostnames and key descriptions, and no view breaks a word in two
-when it is full of real, long data (at 390, 1280 and 1920 pixels wide)."""
+approvals, who approved so far), several are decided at once, the audit trail speaks in hostnames
+and key descriptions, and no view breaks a word in two when it is full of real, long data (at 390,
+1280 and 1920 pixels wide)."""
 
 from __future__ import annotations
 
