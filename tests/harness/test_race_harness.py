@@ -5,8 +5,9 @@ product's guarantee held, not that the threads happened to run one after another
 Each case is a guarantee the product keeps with one conditional write (a pool created once, a
 token's K uses, a proof's timestamp mark, a join request's approvals counted once each). Written
 as a read, a check and an unconditional write (the bug the product's race tests guard against),
-the same race breaks it; written as the product writes it, the race keeps it. These are the "naive variant" demonstrations of the race
-tests, kept here once; the code they run is this file's, not the product's.
+the same race breaks it; written as the product writes it, the race keeps it. These are the "naive
+variant" demonstrations of the race tests, kept here once; the code they run is this file's, not
+the product's.
 """
 
 from __future__ import annotations
