@@ -96,6 +96,7 @@ def _pools(args: argparse.Namespace) -> Exit:
     bootstrap = admin_pools.read_bootstrap(
         getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
     )
+    policy = admin_pools.read_policy(getattr(args, "policy", None))
     if args.action == "create":
         site = shared_options.need(args.site, "--site", "a site id", configurable=False)
         return admin_pools.pools_create(
@@ -109,6 +110,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.ca_propagation,
             bootstrap,
             args.approvals_required,
+            policy,
         )
     if args.action == "update":
         return admin_pools.pools_update(
@@ -121,6 +123,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.ca_propagation,
             bootstrap,
             args.approvals_required,
+            policy,
         )
     if args.action == "get":
         return admin_pools.pools_get(op, pool)
@@ -293,7 +296,10 @@ def pools_command(p: Parents) -> None:
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("create", "create a pool"),
-        ("update", "change a pool's name, workspace, lifetimes or approvals required"),
+        (
+            "update",
+            "change a pool's name, workspace, lifetimes, bootstrap, join policy or approvals required",
+        ),
     ):
         change = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(change)
@@ -341,6 +347,12 @@ def pools_command(p: Parents) -> None:
             metavar="FILE",
             help="a JSON object of the bootstrap handed to machines"
             + (" (replaces the pool's whole bootstrap)" if name == "update" else ""),
+        )
+        change.add_argument(
+            "--policy",
+            metavar="FILE",
+            help="the join policy: a JSON list of CEL rules (docs/policy.md), - for standard input"
+            + ("; replaces the pool's whole policy, `none` removes it" if name == "update" else ""),
         )
     listing = actions.add_parser("list", parents=[server, operator, paging], help="list pools")
     listing.add_argument("--site", help="only this site's pools")

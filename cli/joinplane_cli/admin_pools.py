@@ -1,9 +1,10 @@
-"""`joinplane pools`: create, update (the bootstrap handed to the pool's machines included), get,
-archive, list."""
+"""`joinplane pools`: create, update (the bootstrap handed to the pool's machines and the join
+policy included), get, archive, list."""
 
 from __future__ import annotations
 
 import json
+import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,47 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("archived", item.get("archivedAt")),
         ("bootstrap", item.get("bootstrap") or None),
         ("cluster", item.get("cluster")),
+        ("join policy", _policy_summary(item.get("joinPolicy"))),
     ]
+
+
+def _policy_summary(rules: Any) -> str | None:
+    """One line per rule, in order: its decision, its name and its condition on one line."""
+    if not isinstance(rules, list) or not rules:
+        return None
+    lines = []
+    for rule in rules:
+        rule = admin.as_object(rule)
+        condition = " ".join(str(rule.get("when", "")).split())
+        lines.append(f"{rule.get('decision')} {rule.get('name')}: {condition}")
+    return "\n".join(lines)
+
+
+def read_policy(path: str | None) -> list[Any] | None:
+    """--policy FILE: a join policy as JSON (docs/policy.md), either the list of rules or an object
+    with `joinPolicy` (what `pools get --json` prints); `-` reads standard input; `none` is the
+    empty policy, which removes it. The rules go to the server as written: it checks them."""
+    if path is None:
+        return None
+    if path == "none":
+        return []
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as failed:
+        reason = failed.strerror if isinstance(failed, OSError) else "not UTF-8 text"
+        raise CliError(f"--policy {path}: {reason or failed}", Exit.USAGE) from None
+    try:
+        document = json.loads(text)
+    except ValueError as failed:
+        raise CliError(f"--policy {path} is not JSON: {failed}", Exit.USAGE) from None
+    if isinstance(document, dict) and "joinPolicy" in document:
+        document = document["joinPolicy"]
+    if not isinstance(document, list):
+        raise CliError(
+            f"--policy {path} must hold a JSON list of rules, or an object with joinPolicy (docs/policy.md)",
+            Exit.USAGE,
+        )
+    return document
 
 
 def pools_create(
@@ -49,6 +90,7 @@ def pools_create(
     ca_propagation: int | None = None,
     bootstrap: Bootstrap | None = None,
     approvals_required: int | None = None,
+    policy: list[Any] | None = None,
 ) -> Exit:
     body: dict[str, Any] = {
         "poolId": pool,
@@ -66,6 +108,8 @@ def pools_create(
         body["approvalsRequired"] = approvals_required
     if bootstrap is not None:
         body["bootstrap"] = bootstrap.fields
+    if policy:
+        body["joinPolicy"] = policy
     item, now = op.call("pools/create", body)
     if not admin.as_object(item.get("bootstrap")).get("controlplaneHttpUrl") and not op.json:
         # levers9's machines find their control plane by this URL: a pool without one admits machines
@@ -126,6 +170,7 @@ def pools_update(
     ca_propagation: int | None = None,
     bootstrap: Bootstrap | None = None,
     approvals_required: int | None = None,
+    policy: list[Any] | None = None,
 ) -> Exit:
     changes: dict[str, Any] = {
         key: value
@@ -147,10 +192,12 @@ def pools_update(
         # as with --name.
         current, _ = op.call("pools/get", {"poolId": pool})
         changes["bootstrap"] = {**admin.as_object(current.get("bootstrap")), **bootstrap.fields}
+    if policy is not None:
+        changes["joinPolicy"] = policy
     if not changes:
         raise CliError(
             "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl, "
-            "--ca-propagation, --approvals-required, --controlplane-url or --bootstrap",
+            "--ca-propagation, --approvals-required, --controlplane-url, --bootstrap or --policy",
             Exit.USAGE,
         )
     item, now = op.call("pools/update", {"poolId": pool, **changes})

@@ -190,6 +190,7 @@ OPTION_OF = {
     "attestation.identity": "--identity",
     "bootstrap.controlplaneHttpUrl": "--controlplane-url",
     "bootstrap": "--bootstrap",
+    "joinPolicy": "--policy",
     "certificate": "--certificate",
     "chain": "--chain",
 }

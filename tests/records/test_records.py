@@ -133,7 +133,8 @@ MACHINE_ITEM: dict[str, Any] = {
     "revokeReason": "cloned",
 }
 
-# A pool whose operator set some bootstrap defaults (only those are stored) and cluster settings.
+# A pool whose operator set some bootstrap defaults (only those are stored), cluster settings and a
+# join policy.
 POOL_ITEM: dict[str, Any] = {
     "pk": "TENANT#acme",
     "sk": "POOL#gpu",
@@ -155,6 +156,10 @@ POOL_ITEM: dict[str, Any] = {
     "caPropagationSeconds": 86_400,
     "approvalsRequired": 2,
     "cluster": {"requiredNodeVersion": "0.9.1"},
+    "joinPolicy": [
+        {"name": "gpu", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve", "reason": ""},
+        {"name": "night", "when": "now.getHours() < 6", "decision": "deny", "reason": "not at night"},
+    ],
     "createdAt": "2026-01-01T00:00:00Z",
     "updatedAt": "2026-01-01T00:00:00Z",
     "version": 3,

@@ -164,6 +164,7 @@ _POOL_SETTINGS: dict[str, PoolSetting] = {
     "ca_propagation_seconds": "caPropagationSeconds",
     "cluster": "cluster",
     "approvals_required": "approvalsRequired",
+    "join_policy": "joinPolicy",
 }
 
 
@@ -177,6 +178,7 @@ def _pool_event(old: PoolRecord | None, new: PoolRecord) -> Event | None:
             "version": new.version,
             "name": new.name,
             "workspaceId": new.workspace_id,
+            "joinPolicyRules": [rule.name for rule in new.join_policy],
             "decidedBy": new.created_by,
         }
         return Event(detail_type, created)
@@ -203,6 +205,7 @@ def _pool_event(old: PoolRecord | None, new: PoolRecord) -> Event | None:
             "changed": [
                 name for field, name in _POOL_SETTINGS.items() if getattr(old, field) != getattr(new, field)
             ],
+            "joinPolicyRules": [rule.name for rule in new.join_policy],
             "decidedBy": new.updated_by,
         }
         return Event(detail_type, updated)

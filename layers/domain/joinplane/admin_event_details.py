@@ -140,7 +140,15 @@ PoolSetting = Literal[
     "caPropagationSeconds",
     "cluster",
     "approvalsRequired",
+    "joinPolicy",
 ]
+
+_POLICY_RULES = Field(
+    description=(
+        "The names of the pool's join policy's rules, in order (docs/policy.md); empty: no policy. The "
+        "rules themselves are in the pool's view (pools/get)."
+    )
+)
 
 
 @with_config(DETAIL)
@@ -151,6 +159,7 @@ class PoolCreatedDetail(PoolScoped):
     version: int
     name: str
     workspaceId: str
+    joinPolicyRules: Annotated[list[str], _POLICY_RULES]
     decidedBy: Operator
 
 
@@ -168,6 +177,7 @@ class PoolUpdatedDetail(PoolScoped):
             )
         ),
     ]
+    joinPolicyRules: Annotated[list[str], _POLICY_RULES]
     decidedBy: Operator
 
 

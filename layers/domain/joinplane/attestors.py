@@ -37,6 +37,9 @@ class Facts:
     placeholders: tuple[tuple[str, str], ...] = ()
     held_by_others: tuple[tuple[str, str], ...] = ()  # (field, value) another active machine holds
     discovery_known: bool | None = None  # None: the policy is off, nothing was looked up
+    # The entry that matched (entry id, its hostname, the identifiers that matched), for a join
+    # policy's `site.discovery`; None: none matched, or nothing was looked up.
+    discovery_entry: tuple[str, str | None, tuple[str, ...]] | None = None
     ek_sha256: str = ""  # the EK the TPM proved it holds (credential activation); "": none
     ek_claimed: bool = False  # an EK was presented without activation: it counts as no TPM
     ek_listed: bool | None = None

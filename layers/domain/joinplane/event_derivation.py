@@ -194,13 +194,20 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
     )
     if state == "pending":
         created: JoinRequestCreatedDetail = {
-            **_of_request(eid, occurred_at, new),
+            # Spelt out: mypy takes no unpacked header where a key is only sometimes present.
+            "eventId": eid,
+            "occurredAt": occurred_at,
+            "tenantId": held(new.tenant_id),
+            "siteId": new.site_id,
+            "poolId": new.pool_id,
             "requestId": new.request_id,
             "state": "pending",
             "decidedBy": new.decided_by,
             "expiresAt": held(new.expires_at),
             "reasons": new.reasons,
         }
+        if new.policy_rule:
+            created["policyRule"] = new.policy_rule
         return Event(detail_type, created)
     if state == "approved":
         approved: JoinRequestApprovedDetail = {
@@ -236,12 +243,19 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
         return Event(detail_type, rejected)
     if state == "consumed":
         consumed: JoinRequestConsumedDetail = {
-            **_of_request(eid, occurred_at, new),
+            # Spelt out: mypy takes no unpacked header where a key is only sometimes present.
+            "eventId": eid,
+            "occurredAt": occurred_at,
+            "tenantId": held(new.tenant_id),
+            "siteId": new.site_id,
+            "poolId": new.pool_id,
             "requestId": new.request_id,
             "state": "consumed",
             "decidedBy": new.decided_by,
             "machineId": held(new.machine_id),
         }
+        if new.policy_rule:
+            consumed["policyRule"] = new.policy_rule
         return Event(detail_type, consumed)
     if state == "expired":
         expired: JoinRequestExpiredDetail = {
@@ -287,8 +301,10 @@ def _machine_event(old: MachineImage | None, new: MachineImage) -> Event | None:
             "previousPublicKeySha256": public_key_sha256(old.identity) if old is not None else None,
             "certificateSerial": new.certificate_serial,
             "previousCertificateSerial": old.certificate_serial if old is not None else None,
-            "decidedBy": "attestors" if not new.request_id else "operator",
+            "decidedBy": "policy" if new.policy_rule else "operator" if new.request_id else "attestors",
         }
+        if new.policy_rule:
+            joined["policyRule"] = new.policy_rule
         tpm = _tpm(new.facts)
         if tpm is not None:
             joined["tpm"] = tpm

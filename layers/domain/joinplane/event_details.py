@@ -48,7 +48,8 @@ Decider = Annotated[
     str | None,
     Field(
         description=(
-            "API key id of the operator, or the automatic decider (attestors, retention, cluster-key)."
+            "API key id of the operator, or the automatic decider "
+            "(attestors, policy, retention, cluster-key)."
         )
     ),
 ]
@@ -77,6 +78,16 @@ class PoolScoped(Header):
 
 # --- join requests -------------------------------------------------------------------------------
 
+_POLICY_RULE_DEFERRED = Field(
+    description="The rule of the pool's join policy (docs/policy.md) that deferred the join, if one did."
+)
+_POLICY_RULE_APPROVED = Field(
+    description=(
+        "The rule of the pool's join policy (docs/policy.md) that approved the deferred join at once "
+        "(`decidedBy: policy`); its request is stored consumed by the machine."
+    )
+)
+
 
 @with_config(ConfigDict(extra="allow"))
 class AttestorVote(TypedDict):
@@ -96,6 +107,7 @@ class JoinRequestCreatedDetail(RequestScoped):
     decidedBy: Decider
     expiresAt: str
     reasons: Sequence[AttestorVote]
+    policyRule: NotRequired[Annotated[str, _POLICY_RULE_DEFERRED]]
 
 
 @with_config(DETAIL)
@@ -154,6 +166,7 @@ class JoinRequestConsumedDetail(RequestScoped):
     state: Literal["consumed"]
     decidedBy: Decider
     machineId: MachineId
+    policyRule: NotRequired[Annotated[str, _POLICY_RULE_APPROVED]]
 
 
 @with_config(DETAIL)
@@ -231,9 +244,15 @@ class MachineJoinedDetail(RequestScoped):
         ),
     ]
     decidedBy: Annotated[
-        Literal["attestors", "operator"],
-        Field(description="`attestors` when they admitted the join, `operator` for an approved request's."),
+        Literal["attestors", "operator", "policy"],
+        Field(
+            description=(
+                "`attestors` when they admitted the join, `operator` for an approved request's, `policy` "
+                "when a rule of the pool's join policy approved it (`policyRule`)."
+            )
+        ),
     ]
+    policyRule: NotRequired[Annotated[str, _POLICY_RULE_APPROVED]]
     tpm: NotRequired[MachineTpm]
     aws: NotRequired[MachineAws]
 

@@ -52,9 +52,11 @@ from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
 from joinplane.join_decide import (
-    Admit,
+    AdmitByPolicy,
     ConsumeApproval,
+    Decided,
     Defer,
+    Deferral,
     Refuse,
     Rejoin,
     StillPending,
@@ -224,8 +226,9 @@ def _new_machine(
 
 
 def _new_request(
-    attempt: Attempt, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord
+    attempt: Attempt, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord, why: Deferral
 ) -> JoinRequestRecord:
+    """A deferral's request: `why.votes` deferred it (a policy rule's among them, if one did)."""
     token, now = attempt.token, clock.now()
     expires = now + timedelta(
         seconds=pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL
@@ -238,7 +241,7 @@ def _new_request(
         token_id=token.token_id,
         identity=attempt.identity,
         state="pending",
-        reasons=tuple(VoteReasonRecord(v.attestor, v.code, v.message) for v in votes),
+        reasons=tuple(VoteReasonRecord(v.attestor, v.code, v.message) for v in why.votes),
         verdicts=tuple(
             requests_db.VerdictRecord(name, verdict) for name, verdict in attestors.verdicts(votes)
         ),
@@ -249,6 +252,7 @@ def _new_request(
         created_at=clock.rfc3339(now),
         expires_at=clock.rfc3339(expires),
         expires_at_epoch=clock.seconds(expires),
+        policy_rule=(why.rule if isinstance(why, AdmitByPolicy) else why.policy_rule) or None,
     )
 
 
@@ -263,10 +267,14 @@ def _fresh(attempt: Attempt) -> Response | IdentityRecord:
     held: tuple[Claim, ...] = ()
     for _ in attempts(3, exhausted=Aborted("the pool or the hardware ids changed while joining; retry")):
         votes = join_facts.votes(attempt, replace(facts, held_by_others=join_facts.held_by_others(held)))
-        decided = join_decide.fresh(votes)
+        decided: Decided | Refuse = join_decide.fresh(votes)
+        tpm = join_facts.tpm_facts(attempt, facts)
+        if pool is not None and pool.join_policy:
+            from joinplane import join_policy  # only here: no policy, none of its code
+
+            decided = join_policy.decide(attempt, decided, pool, votes, facts, tpm)
         if isinstance(decided, Refuse):
             raise decided.error
-        tpm = join_facts.tpm_facts(attempt, facts)
         outcome, response = _commit_fresh(attempt, decided, pool, votes, tpm)
         match outcome:
             case joins_db.Committed():
@@ -284,7 +292,7 @@ def _fresh(attempt: Attempt) -> Response | IdentityRecord:
 
 
 def _commit_fresh(
-    attempt: Attempt, decided: Admit | Defer, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord
+    attempt: Attempt, decided: Decided, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord
 ) -> tuple[joins_db.FreshOutcome, Response]:
     """The transaction of a fresh admit or deferral, and the answer it gives if it commits."""
     token, now = attempt.token, clock.now()
@@ -298,7 +306,7 @@ def _commit_fresh(
     )
     try:
         if isinstance(decided, Defer):
-            request = _new_request(attempt, pool, votes, tpm)
+            request = _new_request(attempt, pool, votes, tpm, decided)
             record = record._replace(request_id=request.request_id)
             deferred = joins_db.defer(token, now=now, pool=pool, identity=record, request=request)
             return deferred, _deferred(request)
@@ -308,9 +316,15 @@ def _commit_fresh(
         cert = issue_certificate(attempt.csr, pool, machine_id)
         image, baseline = _worker_image(pool, None, attempt.request.workerImage)
         claims = join_facts.hardware_claims(attempt.request) + join_facts.ek_claims(attempt)
-        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, None, tpm)
+        req = None  # a deferral a policy rule approved: its request, consumed by this machine
+        if isinstance(decided, AdmitByPolicy):
+            pending = _new_request(attempt, pool, votes, tpm, decided)
+            req = join_decide.approved_by_policy(pending, decided, machine_id, clock.rfc3339(now))
+        request_id = req.request_id if req else None
+        machine = _new_machine(attempt, pool, machine_id, secret, cert, baseline, claims, request_id, tpm)
+        machine = machine._replace(policy_rule=req.policy_rule if req else None)
         record = record._replace(machine_id=machine_id, pool_id=pool.pool_id)
-        admitted = joins_db.admit(token, now=now, pool=pool, identity=record, machine=machine)
+        admitted = joins_db.admit(token, now=now, pool=pool, identity=record, machine=machine, request=req)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
     except joins_db.NotRecorded:
         raise Unavailable(NOT_RECORDED) from None

@@ -86,9 +86,11 @@ class Admit(NamedTuple):
 
 
 class Defer(NamedTuple):
-    """A fresh join waits for an operator: a new join request holding every vote's reason."""
+    """A fresh join waits for an operator: a new join request holding every vote's reason (and the
+    rule of the pool's policy that deferred it, if one did)."""
 
     votes: tuple[Vote, ...]
+    policy_rule: str = ""
 
 
 class Rejoin(NamedTuple):
@@ -169,6 +171,91 @@ def fresh(votes: list[Vote]) -> Admit | Defer | Refuse:
     if verdict == attestors.DEFER:
         return Defer(tuple(votes))
     return Admit()
+
+
+class PolicyOutcomeLike(Protocol):
+    """What a pool's join policy decided (`joinplane.policy.PolicyOutcome`)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def decision(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def error(self) -> str: ...
+
+
+class AdmitByPolicy(NamedTuple):
+    """A deferred join a policy rule approved: admitted at once, its request stored already
+    consumed by the new machine, decided by `policy` and the rule."""
+
+    rule: str
+    reason: str
+    votes: tuple[Vote, ...]
+
+
+# A fresh join's outcomes that commit; of them, those that store a join request.
+Decided = Admit | Defer | AdmitByPolicy
+Deferral = Defer | AdmitByPolicy
+
+# The policy's votes, among the request's reasons: an attestor's in form, named `policy`.
+POLICY = "policy"
+
+
+def apply_policy(decided: Admit | Defer, outcome: PolicyOutcomeLike | None) -> Decided | Refuse:
+    """The pool's join policy over the attestors' outcome of a fresh join (docs/policy.md): no
+    rule matched, the outcome stands; `deny` refuses; `defer` makes a person decide even what the
+    attestors admitted; `approve` turns a deferral into an admission (`approve_deferral`). An
+    attestor's deny never reaches here: a policy never admits what an attestor denied."""
+    if outcome is None:
+        return decided
+    if outcome.decision == "deny":
+        why = f": {outcome.reason}" if outcome.reason else ""
+        return Refuse(
+            PermissionDenied(
+                f"join denied by the pool's policy rule {outcome.rule}{why}",
+                reason=errors.JOIN_DENIED,
+                metadata={"policyRule": outcome.rule},
+            )
+        )
+    if outcome.decision == "approve":
+        return approve_deferral(decided, outcome) if isinstance(decided, Defer) else decided
+    earlier = decided.votes if isinstance(decided, Defer) else ()
+    return Defer((*earlier, policy_vote(outcome)), policy_rule=outcome.rule)
+
+
+def approve_deferral(deferred: Defer, outcome: PolicyOutcomeLike) -> AdmitByPolicy | Defer:
+    """Where a policy's approval is applied: it is one approval, which admits today's pools (one
+    approval required) at once. A pool that requires more would count it as one of them here."""
+    return AdmitByPolicy(outcome.rule, outcome.reason, deferred.votes)
+
+
+def approved_by_policy(
+    deferred: JoinRequestRecord, approved: AdmitByPolicy, machine_id: str, at: str
+) -> JoinRequestRecord:
+    """The request of a deferral a policy rule approved at once: stored already consumed by the
+    machine, in the admitting transaction, so the queue and the audit trail show who decided
+    (`decidedBy: policy`, the rule) and why the join had been deferred. `at`: now, as stored."""
+    return deferred._replace(
+        state="consumed",
+        decided_at=at,
+        decided_by=POLICY,
+        reason=approved.reason or None,
+        consumed_at=at,
+        machine_id=machine_id,
+    )
+
+
+def policy_vote(outcome: PolicyOutcomeLike) -> Vote:
+    """A policy's deferral as the request records it, beside the attestors' votes: the rule's
+    reason, or the error that kept it from being evaluated."""
+    if outcome.error:
+        return Vote(POLICY, attestors.DEFER, "policy_error", outcome.reason)
+    message = f"the pool's policy rule {outcome.rule} defers this join" + (
+        f": {outcome.reason}" if outcome.reason else ""
+    )
+    return Vote(POLICY, attestors.DEFER, "policy_defer", message)
 
 
 def _denied(votes: list[Vote]) -> PermissionDenied:

@@ -186,21 +186,20 @@ def _placeholders(request: JoinMachineRequest) -> list[tuple[str, str]]:
 def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
     """The lookups the attestors vote on, each made only when the token's policy asks for it."""
     request, policy = attempt.request, attempt.token.attestation
-    known = None
+    known, entry = None, None
     if policy.discovery == "defer-unknown":
         from joinplane import discovery
 
-        known = (
-            discovery.lookup(
-                attempt.tenant,
-                site_id,
-                serial=request.hardware.serialNumber or None,
-                system_uuid=request.hardware.systemUuid or None,
-                macs=list(request.hardware.macAddresses),
-                fingerprint=request.machineFingerprint or None,
-            )
-            is not None
+        match = discovery.lookup(
+            attempt.tenant,
+            site_id,
+            serial=request.hardware.serialNumber or None,
+            system_uuid=request.hardware.systemUuid or None,
+            macs=list(request.hardware.macAddresses),
+            fingerprint=request.machineFingerprint or None,
         )
+        known = match is not None
+        entry = (match.entry_id, match.hostname, match.matched_by) if match is not None else None
     listed, maker, problem = None, "", ""
     activated = attempt.tpm
     if policy.tpm != "off" and activated is not None:
@@ -213,6 +212,7 @@ def attestor_facts(attempt: Attempt, site_id: str) -> attestors.Facts:
     return attestors.Facts(
         placeholders=tuple(_placeholders(request)),
         discovery_known=known,
+        discovery_entry=entry,
         ek_sha256=activated.ek_sha256 if activated is not None else "",
         ek_claimed=activated is None and bool(attempt.ek_sha256),
         ek_listed=listed,

@@ -18,12 +18,14 @@ from joinplane.dal.pools import (
     DEFAULT_CA_PROPAGATION,
     BootstrapRecord,
     ClusterSettingsRecord,
+    PolicyRuleRecord,
     PoolChanges,
     PoolRecord,
     TelemetrySinkRecord,
 )
 from joinplane.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal, Resource
+from joinplane.policy_rules import JoinPolicy, PolicyRule
 from joinplane.wire import POOL_ID, SITE_ID, STRICT, TENANT_ID, TEXT, WORKSPACE_ID
 
 if TYPE_CHECKING:
@@ -118,6 +120,7 @@ class CreatePool(PoolRef):
     )
     cluster: ClusterSettings | None = None
     approvalsRequired: int = Field(default=1, ge=1, le=MAX_APPROVALS)
+    joinPolicy: JoinPolicy = Field(default_factory=list)
 
 
 class UpdatePool(PoolRef):
@@ -131,6 +134,7 @@ class UpdatePool(PoolRef):
     caPropagationSeconds: int | None = Field(default=None, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION)
     cluster: ClusterSettings | None = None
     approvalsRequired: int | None = Field(default=None, ge=1, le=MAX_APPROVALS)
+    joinPolicy: JoinPolicy | None = None  # []: the policy is removed
 
 
 class ListPools(BaseModel):
@@ -161,6 +165,22 @@ def _stored_cluster(request: ClusterSettings) -> ClusterSettingsRecord:
     return ClusterSettingsRecord(request.requiredNodeVersion)
 
 
+def _stored_policy(rules: list[PolicyRule]) -> tuple[PolicyRuleRecord, ...]:
+    """The policy as stored, once every rule compiled: one that does not is refused (400, naming
+    the rule and the position) before anything is written. The engine is loaded only here, and
+    only for a policy with rules."""
+    if rules:
+        from joinplane import policy
+
+        policy.compile_policy(rules)
+    return tuple(PolicyRuleRecord(r.name, r.when, r.decision, r.reason) for r in rules)
+
+
+def _rule_view(rule: PolicyRuleRecord) -> views.JoinPolicyRule:
+    decision: Any = rule.decision  # one of the three: the policy was compiled when saved
+    return {"name": rule.name, "when": rule.when, "decision": decision, "reason": rule.reason}
+
+
 def view(pool: PoolRecord) -> views.Pool:
     return {
         "tenantId": pool.tenant_id,
@@ -174,6 +194,7 @@ def view(pool: PoolRecord) -> views.Pool:
         "certificateTtlSeconds": pool.certificate_ttl_seconds,
         "caPropagationSeconds": pool.ca_propagation_seconds,
         "cluster": _stored_view(pool.cluster) if pool.cluster else None,
+        "joinPolicy": [_rule_view(rule) for rule in pool.join_policy],
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
@@ -273,6 +294,7 @@ def authorize_placement(principal: Principal, tenant_id: str, site_id: str) -> N
 
 def create(principal: Principal, request: CreatePool) -> views.Pool:
     authorize_placement(principal, request.tenantId, request.siteId)
+    join_policy = _stored_policy(request.joinPolicy)
     now = clock.rfc3339(clock.now())
     pool = PoolRecord(
         tenant_id=request.tenantId,
@@ -287,6 +309,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         ca_propagation_seconds=request.caPropagationSeconds,
         approvals_required=request.approvalsRequired,
+        join_policy=join_policy,
         created_at=now,
         updated_at=now,
         created_by=principal.key_id,
@@ -323,6 +346,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         remove_cluster="cluster" in given and request.cluster is None,
         approvals_required=request.approvalsRequired,
+        join_policy=_stored_policy(request.joinPolicy) if request.joinPolicy is not None else None,
     )
     try:
         pool = pools_db.update_active(

@@ -124,6 +124,16 @@ class StoredClusterSettings(TypedDict):
 
 
 @with_config(VIEW)
+class JoinPolicyRule(TypedDict):
+    """One rule of a pool's join policy: when the CEL condition `when` holds, `decision` is taken."""
+
+    name: str
+    when: str
+    decision: Literal["approve", "defer", "deny"]
+    reason: str
+
+
+@with_config(VIEW)
 class Pool(TypedDict):
     tenantId: TenantId
     poolId: PoolId
@@ -136,6 +146,10 @@ class Pool(TypedDict):
     certificateTtlSeconds: int
     caPropagationSeconds: int
     cluster: StoredClusterSettings | None
+    joinPolicy: Annotated[
+        list[JoinPolicyRule],
+        Field(description="The join policy's rules in order (docs/policy.md); empty: no policy."),
+    ]
     createdAt: Timestamp
     updatedAt: Timestamp
     archivedAt: Timestamp | None

@@ -137,9 +137,12 @@ def admit(
     pool: PoolRecord,
     identity: IdentityRecord,
     machine: MachineRecord,
+    request: JoinRequestRecord | None = None,
 ) -> FreshOutcome:
     """A key seen for the first time becomes a machine: one use of the token, the identity record,
-    the machine and its hardware claims, while the pool is the version read."""
+    the machine and its hardware claims, while the pool is the version read; with `request`, the
+    record of a deferral the pool's policy approved at once (stored consumed), in the same
+    transaction."""
     return _fresh(
         token,
         now,
@@ -148,6 +151,7 @@ def admit(
         [
             _put_machine(machine),
             *machines_db.claim(machine.tenant_id, machine.machine_id, list(machine.claims)),
+            *([requests_db.put_new(request)] if request is not None else []),
         ],
     )
 

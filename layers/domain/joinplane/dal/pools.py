@@ -172,6 +172,22 @@ class ClusterSettingsRecord(NamedTuple):
         return _present(requiredNodeVersion=self.required_node_version)
 
 
+class PolicyRuleRecord(NamedTuple):
+    """One rule of a pool's join policy (joinplane.policy), as written and as compiled when saved."""
+
+    name: str
+    when: str
+    decision: str  # approve | defer | deny
+    reason: str = ""
+
+    @classmethod
+    def from_item(cls, item: Item) -> PolicyRuleRecord:
+        return cls(item["name"], item["when"], item["decision"], item.get("reason", ""))
+
+    def to_item(self) -> Item:
+        return {"name": self.name, "when": self.when, "decision": self.decision, "reason": self.reason}
+
+
 class PoolRecord(NamedTuple):
     tenant_id: str
     pool_id: str
@@ -199,6 +215,9 @@ class PoolRecord(NamedTuple):
     # How many distinct approvals a join request of this pool needs; pools stored before it was a
     # setting read as one.
     approvals_required: int = 1
+    # The join policy, on the pool's item so that a join reads it with the pool (no call of its
+    # own); empty: no policy. Pools stored before policies read as empty.
+    join_policy: tuple[PolicyRuleRecord, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -233,6 +252,7 @@ class PoolRecord(NamedTuple):
             archived_by=item.get("archivedBy"),
             ca_propagation_seconds=int(item.get("caPropagationSeconds", DEFAULT_CA_PROPAGATION)),
             approvals_required=int(item.get("approvalsRequired", 1)),
+            join_policy=tuple(PolicyRuleRecord.from_item(rule) for rule in item.get("joinPolicy") or ()),
         )
 
     def to_item(self) -> Item:
@@ -261,6 +281,7 @@ class PoolRecord(NamedTuple):
             "archivedBy": self.archived_by,
             "caPropagationSeconds": self.ca_propagation_seconds,
             "approvalsRequired": self.approvals_required,
+            "joinPolicy": [rule.to_item() for rule in self.join_policy] or None,
         }
 
 
@@ -320,7 +341,7 @@ def create(pool: PoolRecord) -> None:
 
 class PoolChanges(NamedTuple):
     """What an update replaces, whole: a field left None is left alone. Only the cluster settings
-    can be removed (`remove_cluster`)."""
+    (`remove_cluster`) and the join policy (an empty one) can be removed."""
 
     name: str | None = None
     workspace_id: str | None = None
@@ -331,6 +352,7 @@ class PoolChanges(NamedTuple):
     cluster: ClusterSettingsRecord | None = None
     remove_cluster: bool = False
     approvals_required: int | None = None
+    join_policy: tuple[PolicyRuleRecord, ...] | None = None  # (): the policy is removed
 
     def attributes(self) -> Item:
         """The stored attributes replaced (None: removed)."""
@@ -346,6 +368,8 @@ class PoolChanges(NamedTuple):
         )
         if self.remove_cluster:
             replaced["cluster"] = None
+        if self.join_policy is not None:
+            replaced["joinPolicy"] = [rule.to_item() for rule in self.join_policy] or None
         return replaced
 
 

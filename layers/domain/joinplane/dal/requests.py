@@ -106,6 +106,7 @@ ATTRIBUTES = {
     "verdicts": "verdicts",
     "approvals": "approvals",
     "approvals_required": "approvalsRequired",
+    "policy_rule": "policyRule",
 }
 REQUIRED = (
     "request_id",
@@ -152,6 +153,10 @@ class JoinRequestRecord(NamedTuple):
 
     def approved_by(self, approver: str) -> bool:
         return any(approval.by == approver for approval in self.approvals)
+
+    # The pool's join policy rule that decided the join: approved it at once (the request is then
+    # stored consumed, `decidedBy: policy`) or deferred it (its vote is among `reasons`).
+    policy_rule: str | None = None
 
     @property
     def ttl(self) -> int:

@@ -50,6 +50,7 @@ class RequestImage(NamedTuple):
     expired_at: str | None = None
     approvals: tuple[requests.ApprovalRecord, ...] = ()
     approvals_required: int | None = None
+    policy_rule: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> RequestImage:
@@ -79,6 +80,7 @@ class MachineImage(NamedTuple):
     certificate_serial: str | None = None
     last_renewed_at: str | None = None
     facts: Item | None = None  # as stored: the join's facts (the TPM it proved, for the event)
+    policy_rule: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> MachineImage:
