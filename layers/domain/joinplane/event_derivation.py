@@ -208,6 +208,9 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
         }
         if new.policy_rule:
             created["policyRule"] = new.policy_rule
+        if new.approvals:
+            created["approvals"] = _approvers(new)
+            created["approvalsRequired"] = held(new.approvals_required)
         return Event(detail_type, created)
     if state == "approved":
         approved: JoinRequestApprovedDetail = {

@@ -48,7 +48,7 @@ from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal.machines import Claim, IdentityRecord, MachineRecord, TpmFactsRecord
 from joinplane.dal.pools import PoolRecord
-from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
+from joinplane.dal.requests import ApprovalRecord, JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
 from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
 from joinplane.join_decide import (
@@ -228,8 +228,11 @@ def _new_machine(
 def _new_request(
     attempt: Attempt, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord, why: Deferral
 ) -> JoinRequestRecord:
-    """A deferral's request: `why.votes` deferred it (a policy rule's among them, if one did)."""
+    """A deferral's request: `why.votes` deferred it (a policy rule's among them, if one did); a
+    policy rule's approval, when the pool requires more than one, is its first."""
     token, now = attempt.token, clock.now()
+    given = why.policy_approval if isinstance(why, Defer) else None
+    approvals = (ApprovalRecord(given.by, clock.rfc3339(now), given.reason or None, seq=1),) if given else ()
     expires = now + timedelta(
         seconds=pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL
     )
@@ -253,6 +256,8 @@ def _new_request(
         expires_at=clock.rfc3339(expires),
         expires_at_epoch=clock.seconds(expires),
         policy_rule=(why.rule if isinstance(why, AdmitByPolicy) else why.policy_rule) or None,
+        approvals=approvals,
+        approvals_required=pool.approvals_required if approvals and pool else None,
     )
 
 

@@ -39,4 +39,4 @@ def decide(
     outcome = policy.outcome_of(pool.join_policy, activation)
     if outcome is not None:
         observe.note(policyRule=outcome.rule, policyDecision=outcome.decision)
-    return join_decide.apply_policy(decided, outcome)
+    return join_decide.apply_policy(decided, outcome, pool.approvals_required)

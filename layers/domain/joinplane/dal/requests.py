@@ -65,19 +65,23 @@ class ApprovalRecord(NamedTuple):
     by: str  # the approving API key's id, or `policy:<rule>` for a join policy's rule
     at: str
     reason: str | None = None
+    # Its place among the request's approvals, from 1: written as the count it made, which the
+    # approval's condition makes unique, so approvals within one second still read in order.
+    seq: int = 0
 
     @classmethod
     def from_entry(cls, by: str, entry: Item) -> ApprovalRecord:
-        return cls(by, entry.get("at", ""), entry.get("reason"))
+        return cls(by, entry.get("at", ""), entry.get("reason"), int(entry.get("seq", 0)))
 
     def to_entry(self) -> Item:
-        return {"at": self.at, **({"reason": self.reason} if self.reason else {})}
+        entry: Item = {"at": self.at, **({"reason": self.reason} if self.reason else {})}
+        return entry | ({"seq": self.seq} if self.seq else {})
 
 
 def approvals_of(stored: Item | None) -> tuple[ApprovalRecord, ...]:
-    """A stored `approvals` map as records, oldest first (the map keeps no order)."""
+    """A stored `approvals` map as records, in the order they were given (the map keeps none)."""
     found = [ApprovalRecord.from_entry(by, entry or {}) for by, entry in (stored or {}).items()]
-    return tuple(sorted(found, key=lambda a: (a.at, a.by)))
+    return tuple(sorted(found, key=lambda a: (a.seq, a.at, a.by)))
 
 
 # Each JoinRequest field's stored attribute (dal.items); dal.stream's RequestImage reads the same.
@@ -294,11 +298,11 @@ def approve(
         conditions.append("attribute_exists(approvals.#by)")
     elif read == 0:
         sets.append("approvals = :approvals")
-        values[":approvals"] = {approval.by: approval.to_entry()}
+        values[":approvals"] = {approval.by: approval._replace(seq=1).to_entry()}
         names.pop("#by")  # DynamoDB refuses a name the expressions do not use
     else:
         sets.append("approvals.#by = :approval")
-        values[":approval"] = approval.to_entry()
+        values[":approval"] = approval._replace(seq=read + 1).to_entry()
         conditions.append("attribute_not_exists(approvals.#by)")
     if completes:
         expires_at_epoch = clock.seconds(expires_at)
