@@ -346,7 +346,7 @@ def test_a_store_outage_is_503_inventory_unavailable(key: str, monkeypatch: pyte
     def throttled(*args: Any, **kwargs: Any) -> Any:
         raise Unavailable("the store is unavailable, retry later")
 
-    monkeypatch.setattr(dynamo, "batch_get", throttled)
+    monkeypatch.setattr(dynamo, "query", throttled)
     before = all_items()
     reply = post(join_body("node-a", "10.0.0.1", [1]), key)
     assert reply.status == 503

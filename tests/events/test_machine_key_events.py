@@ -17,7 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.support import call, csr_for_key, join, make_csr, sign_proof
-from tests.support.events import publish_table_stream
+from tests.support.events import publish_table_stream, table_stream
 from tests.support.logs import counted
 
 TENANT = {"tenantId": "acme"}
@@ -154,3 +154,32 @@ def test_four_renewals_a_rotation_and_a_rejoin_make_exactly_their_two_events(
     # And after the rotation only the new key's certificate: the old key's went on the CRL
     assert [c["serial"] for c in after_rotation["certificates"]] == [serial_of(rotated["certificate"])]
     assert after_rotation["publicKeySha256"] == new_hash
+
+
+def test_the_stream_filter_drops_a_same_key_renewal_and_nothing_else_of_a_machine(
+    admin_key: str, token: str, tmp_path: Path
+) -> None:
+    # Given a machine admitted with its key
+    csr = make_csr(tmp_path / "k", "p256", "/CN=m")
+    admitted = join({"joinToken": token, "csr": csr.pem})
+    assert admitted.status == 200, admitted.body
+    machine_id = admitted.body["machineId"]
+    # When it renews with the same key, re-joins, renews with the same key again, and is revoked
+    renew_same_key(admitted.body["machineToken"], csr.key_path)
+    rejoined = join({"joinToken": token, "csr": csr_for_key(csr.key_path)}, signed_by=csr.key_path)
+    assert rejoined.status == 200, rejoined.body
+    renew_same_key(rejoined.body["machineToken"], csr.key_path)
+    revoked = call("/api/compute/machines/revoke", {**TENANT, "machineId": machine_id}, admin_key)
+    assert revoked.status == 200, revoked.body
+    # Then the publisher is handed the join, the re-join and the revocation, never a renewal's write
+    records = [r for r in table_stream() if r["dynamodb"]["Keys"]["pk"]["S"] == f"MACHINE#{machine_id}"]
+    assert [r["eventName"] for r in records] == ["INSERT", "MODIFY", "MODIFY"]
+    assert "rejoinedAt" in records[1]["dynamodb"]["NewImage"]
+    assert records[2]["dynamodb"]["NewImage"]["state"] == {"S": "revoked"}
+    # And each of them is in the trail
+    publish_table_stream()
+    assert sorted(e["detailType"] for e in machine_events(admin_key, machine_id)) == [
+        "security.machine.joined",
+        "security.machine.joined",
+        "security.machine.revoked",
+    ]

@@ -34,15 +34,15 @@ def calls() -> Iterator[Counter[str]]:
     aws.client("dynamodb").meta.events.unregister("before-call.dynamodb.*", unique_id="budget")
 
 
-def test_a_warm_admit_is_one_token_read_and_one_transaction(make_token, machine_factory, calls) -> None:
+def test_a_warm_admit_is_two_reads_and_one_transaction(make_token, machine_factory, calls) -> None:
     # Given a warm container (the pool and its CA were loaded by an earlier join)
     token = make_token(maxUses=5)
     assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
     calls.clear()
     # When another machine is admitted
     assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 200
-    # Then it cost exactly one GetItem (the token) and one TransactWriteItems
-    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+    # Then it cost exactly two GetItems (the token, the key's absent record) and one TransactWriteItems
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
 
 
 def test_a_cold_admit_adds_the_reads_of_the_pool_and_its_ca(make_token, machine_factory, calls) -> None:
@@ -54,8 +54,9 @@ def test_a_cold_admit_adds_the_reads_of_the_pool_and_its_ca(make_token, machine_
     count_into(calls)
     calls.clear()
     assert join({"joinToken": token["token"], "csr": csr}).status == 200
-    # The token, the pool, the pool's CA pointer; the active CA and its bundle in one BatchGetItem
-    assert calls == Counter({"GetItem": 3, "BatchGetItem": 1, "TransactWriteItems": 1})
+    # The token, the key's record, the pool, the pool's CA pointer; the active CA and its bundle in
+    # one BatchGetItem
+    assert calls == Counter({"GetItem": 4, "BatchGetItem": 1, "TransactWriteItems": 1})
 
 
 def test_a_pools_first_certificate_makes_its_ca_in_one_more_transaction(
@@ -67,8 +68,8 @@ def test_a_pools_first_certificate_makes_its_ca_in_one_more_transaction(
     count_into(calls)
     calls.clear()
     assert join({"joinToken": token["token"], "csr": csr}).status == 200
-    # The token, the pool, the (absent) CA pointer; the CA and its pointer, then the admit
-    assert calls == Counter({"GetItem": 3, "TransactWriteItems": 2})
+    # The token, the key's record, the pool, the (absent) CA pointer; the CA and its pointer, then the admit
+    assert calls == Counter({"GetItem": 4, "TransactWriteItems": 2})
 
 
 def test_a_deferral_costs_the_same_as_an_admit(make_token, machine_factory, calls) -> None:
@@ -76,7 +77,7 @@ def test_a_deferral_costs_the_same_as_an_admit(make_token, machine_factory, call
     join({"joinToken": token["token"], "csr": machine_factory().csr})
     calls.clear()
     assert join({"joinToken": token["token"], "csr": machine_factory().csr}).status == 202
-    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
 
 
 def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) -> None:
@@ -84,21 +85,21 @@ def test_retry_and_consume_costs(make_token, machine_factory, admin_key, calls) 
     machine = machine_factory()
     request_id = join({"joinToken": token["token"], "csr": machine.csr}).body["joinRequest"]["requestId"]
     calls.clear()
-    # A pending retry: token, the optimistic transaction (cancelled on the identity), the request
+    # A pending retry reads the token, the key's record and its request, and writes nothing
     assert join({"joinToken": token["token"], "csr": machine.csr}).status == 202
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
+    assert calls == Counter({"GetItem": 3})
     # The same retry with a key proof (as the agent sends it): + the UpdateItem that moves its mark
     calls.clear()
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 202
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1})
+    assert calls == Counter({"GetItem": 3, "UpdateItem": 1})
     admin = keyauth.verify(admin_key)
     assert admin is not None
     approve(admin, ApproveJoinRequest(tenantId="acme", poolId="gpu", requestId=request_id))
     calls.clear()
-    # Consuming the approval: the same, plus the consuming transaction (which also uses up the proof);
-    # it is also the pool's first certificate: + its CA pointer read and the CA's own transaction
+    # Consuming the approval: the same reads and the consuming transaction (which also uses up the
+    # proof); it is also the pool's first certificate: + its CA pointer read and the CA's own transaction
     assert join({"joinToken": token["token"], "csr": machine.csr}, signed_by=machine.key).status == 200
-    assert calls == Counter({"GetItem": 3, "TransactWriteItems": 3})
+    assert calls == Counter({"GetItem": 4, "TransactWriteItems": 2})
 
 
 def test_a_renewal_is_one_machine_read_and_one_transaction(make_token, machine_factory, calls) -> None:
@@ -134,14 +135,14 @@ def test_a_renewal_onto_a_new_key_costs_the_same(make_token, machine_factory, ca
     assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
 
 
-def test_a_rejoin_costs_two_reads_and_two_transactions(make_token, machine_factory, calls) -> None:
+def test_a_rejoin_costs_three_reads_and_one_transaction(make_token, machine_factory, calls) -> None:
     token = make_token(maxUses=2)
     machine = machine_factory()
     assert join({"joinToken": token["token"], "csr": machine.csr}).status == 200
     calls.clear()
     assert join({"joinToken": token["token"], "csr": machine.new_csr()}, signed_by=machine.key).status == 200
-    # The token; the optimistic transaction (cancelled: the key has a record); the machine; the re-join
-    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 2})
+    # The token, the key's record, its machine; the re-join, signed once
+    assert calls == Counter({"GetItem": 3, "TransactWriteItems": 1})
 
 
 TPM_MODULES = (
@@ -179,7 +180,7 @@ def test_a_join_without_tpm_attestation_loads_no_tpm_code(
     assert join({"joinToken": token["token"], "csr": machine_factory().csr, "tpm": claimed}).status == 202
     # Then nothing of it was imported, and a claimed EK costs no lookup: it counts as no TPM
     assert not [m for m in sys.modules if m.removeprefix("joinplane.") in TPM_MODULES]
-    assert calls == Counter({"GetItem": 1, "TransactWriteItems": 1})
+    assert calls == Counter({"GetItem": 2, "TransactWriteItems": 1})
 
 
 def test_a_tpm_join_costs_a_challenge_then_a_consume(make_token, machine_factory, admin_key, calls) -> None:
@@ -201,9 +202,9 @@ def test_a_tpm_join_costs_a_challenge_then_a_consume(make_token, machine_factory
     )
     assert first.status == 202 and calls == Counter({"GetItem": 2, "PutItem": 1})
     calls.clear()
-    # When it answers: the token, the consume, the allow-list entry, the admit
+    # When it answers: the token, the consume, the allow-list entry, the key's record, the admit
     retry = with_answer(
         {"joinToken": token["token"], "csr": machine.csr}, tpm, tpm.answer(first.body["tpmChallenge"])
     )
     assert join(retry, signed_by=machine.key).status == 200
-    assert calls == Counter({"GetItem": 2, "DeleteItem": 1, "TransactWriteItems": 1})
+    assert calls == Counter({"GetItem": 3, "DeleteItem": 1, "TransactWriteItems": 1})

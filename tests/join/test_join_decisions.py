@@ -132,6 +132,11 @@ def request(state: Any = "pending", **changes: Any) -> JoinRequestRecord:
     return base._replace(**changes)
 
 
+def waited(seconds: int) -> JoinRequestRecord:
+    """A pending request made `seconds` before NOW."""
+    return request(created_at=datetime.fromtimestamp(NOW_EPOCH - seconds, UTC).isoformat())
+
+
 PROVEN = Presented(KEY, PROOF_MS)
 UNPROVEN = Presented(KEY)
 FINGERPRINTED = Presented(FINGERPRINT)
@@ -680,6 +685,16 @@ ROWS = [
         "aws: an EC2 role session names its instance, any other none",
         lambda: [GPU_NODE.instance_id, WEB.instance_id],
         [INSTANCE, ""],
+    ),
+    Row(
+        "retry after: a request waiting under a minute is asked again in 30 s",
+        lambda: [join_decide.retry_after(waited(s), NOW) for s in (0, 61)],
+        [30, 30],
+    ),
+    Row(
+        "retry after: then half the wait, never more than 5 minutes",
+        lambda: [join_decide.retry_after(waited(s), NOW) for s in (300, 599, 600, 86_400)],
+        [150, 299, 300, 300],
     ),
     Row(
         "dry run, a spent token: a pending request's retry takes no vote",

@@ -6,19 +6,21 @@ a join that presents a TPM is joinplane.tpm_join, loaded only then.
   preflight, the attestors' lookups); `joinplane.join_decide` decides over typed facts, without
   I/O; `joinplane.dal.joins` commits each outcome in exactly one transaction. Nothing is written
   before that transaction, so a refusal at any step leaves no trace and takes no token use.
-- Fresh joins are optimistic: the transaction that admits or defers also creates the identity
-  record. If the key turns out to have one, the transaction hands it back (`IdentityTaken`) and
-  the join continues as a retry or re-join, so the common path needs no read beyond the token.
+- The key's record is read first (one GetItem): a key with a history goes straight to its retry,
+  re-join or consumption, without signing a certificate or writing. A key without one is admitted
+  or deferred by the transaction that also creates its record; if a concurrent join created it
+  since the read, the transaction hands it back (`IdentityTaken`) and the join continues as a
+  retry or re-join.
 
 DynamoDB calls per path, warm container (docs/join.md has the table; a cold container adds one
 GetItem for the pool, one GetItem for the pool's CA pointer and one BatchGetItem for its CAs; every
 certificate is one kms:Sign):
-- fresh admit or defer: GetItem(token) + TransactWriteItems
+- fresh admit or defer: GetItem(token) + GetItem(identity) + TransactWriteItems
 - + `discovery: defer-unknown`: + one BatchGetItem; + a TPM policy with an EK: + one GetItem
-- retry while pending: GetItem(token) + TransactWriteItems (cancelled) + GetItem(request)
-- retry after approval: the above + TransactWriteItems (consume)
-- re-join: GetItem(token) + TransactWriteItems (cancelled) + GetItem(machine) + TransactWriteItems
-- expired or used-up token: GetItem(token) + GetItem(identity), then as a retry or re-join
+- retry while pending: GetItem(token) + GetItem(identity) + GetItem(request) (+ the proof mark)
+- retry after approval: GetItem(token) + GetItem(identity) + GetItem(request) + TransactWriteItems
+- re-join: GetItem(token) + GetItem(identity) + GetItem(machine) + TransactWriteItems
+- expired or used-up token: the same reads, then as a retry or re-join
 """
 
 from __future__ import annotations
@@ -69,7 +71,6 @@ if TYPE_CHECKING:
 
 Response = tuple[int, "join_views.JoinMachineResponse"]
 
-RETRY_AFTER_SECONDS = 30
 NOT_RECORDED = "the join could not be recorded, retry"
 
 
@@ -188,7 +189,7 @@ def _deferred(request: JoinRequestRecord) -> Response:
             "poolId": request.pool_id,
             "siteId": request.site_id,
         },
-        retryAfterSeconds=RETRY_AFTER_SECONDS,
+        retryAfterSeconds=join_decide.retry_after(request, clock.now()),
     )
 
 
@@ -593,10 +594,16 @@ def _join_machine(body: bytes, authorization: str, proof_header: str) -> Respons
     if polled is not None:
         return _known(attempt, polled)
     if token.usable_at(clock.now()):
-        fresh = _fresh(attempt)
-        if not isinstance(fresh, IdentityRecord):
-            return fresh
-        record: IdentityRecord | None = fresh
+        # The key's record is read before anything is signed or written: a retry, a re-join or a
+        # consumption would otherwise start with the admit it is not (a signature and a cancelled
+        # transaction, ~20 times this read's price). Its absence is not trusted: the admit's
+        # transaction still hands back a record written since (`IdentityTaken`).
+        record = machines_db.get_identity(attempt.tenant, attempt.identity)
+        if record is None:
+            fresh = _fresh(attempt)
+            if not isinstance(fresh, IdentityRecord):
+                return fresh
+            record = fresh
     else:
         # An expired or used-up token still serves the retries and re-joins it started.
         record = machines_db.get_identity(attempt.tenant, attempt.identity)

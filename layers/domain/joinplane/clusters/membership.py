@@ -211,7 +211,7 @@ def _snapshot(tenant_id: str, pool_id: str) -> tuple[list[ClusterNodeRecord], di
     busy = Unavailable("the cluster changed during every read of this join; retry")
     for _ in deadline.attempts(MAX_ATTEMPTS, exhausted=busy, backoff=(_MIN_BACKOFF, _MAX_BACKOFF)):
         nodes = clusters_db.nodes(tenant_id, pool_id)
-        buckets = clusters_db.buckets(tenant_id, pool_id, range(BUCKETS))
+        buckets = clusters_db.buckets(tenant_id, pool_id)
         if [n.node_id for n in clusters_db.nodes(tenant_id, pool_id)] == [n.node_id for n in nodes]:
             return nodes, buckets
     raise AssertionError("unreachable: attempts() raises when exhausted")

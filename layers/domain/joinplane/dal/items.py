@@ -9,6 +9,11 @@ from typing import Any
 
 from joinplane.dal.dynamo import Item
 
+# Set by the one write of a machine that publishes no event (a renewal that keeps the key), so the
+# event publisher's stream mapping drops its record unread (template.yaml's filter); every other
+# update of a machine removes it, and a Put never writes it.
+NO_EVENT = "noEvent"
+
 
 def read(item: Item, attributes: Mapping[str, str], required: Collection[str] = ()) -> dict[str, Any]:
     """Each field's stored value (None when absent); KeyError when a `required` field's is absent."""

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from joinplane import clock
-from joinplane.dal import dynamo, revocations
+from joinplane.dal import dynamo, items, revocations
 from joinplane.dal import machines as machines_db
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
@@ -283,7 +283,7 @@ def rejoin(
                 "certificateSerial = :serial, certificateExpiresAt = :expires, certificateCaId = :ca, "
                 "earlierCertificates = :earlier, rejoinedAt = :now, "
                 "facts = :facts, schedulable = :schedulable, workerImageBaseline = :baseline, "
-                "claims = :claims"
+                f"claims = :claims REMOVE {items.NO_EVENT}"
             ),
             # The certificate and key as read too: a renewal changes neither the token nor its
             # generation, and a re-join committed over it would drop its certificate from the
@@ -377,6 +377,7 @@ def renew(
         ":now": clock.rfc3339(now),
         ":active": "active",
         ":digest": machine.machine_token_sha256,
+        **({} if rotating else {":yes": True}),
     }
     as_read, read_values = machines_db.certificate_as_read(machine)
     condition = "#state = :active AND machineTokenSha256 = :digest AND " + as_read
@@ -387,9 +388,13 @@ def renew(
             *machine_key(machine.machine_id),
             # When it renewed, in the same write: a renewal that keeps the key is no event, so the
             # machine's record is where an operator sees it (free: the write is made anyway).
+            # A renewal that keeps the key publishes nothing: it marks its write so, and the stream
+            # mapping's filter drops the record before it invokes the publisher (template.yaml).
+            # Every other update of a machine removes the mark (`items.NO_EVENT`).
             update="SET certificateSerial = :serial, certificateExpiresAt = :expires, "
             "certificateCaId = :ca, #identity = :identity, earlierCertificates = :earlier, "
-            "lastRenewedAt = :now",
+            "lastRenewedAt = :now"
+            + (f" REMOVE {items.NO_EVENT}" if rotating else f", {items.NO_EVENT} = :yes"),
             condition=condition,
             names={"#state": "state", "#identity": "identity"},
             values=values,

@@ -383,15 +383,15 @@ def revoke(
         dynamo.Write(
             "Update",
             *machine_key(machine.machine_id),
-            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :reason",
+            update="SET #state = :revoked, revokedAt = :now, revokedBy = :by, revokeReason = :why REMOVE #q",
             condition="#state = :active AND " + as_read,
-            names={"#state": "state"},
+            names={"#state": "state", "#q": items.NO_EVENT},
             values={
                 ":revoked": "revoked",
                 ":active": "active",
                 ":now": clock.rfc3339(now),
                 ":by": by,
-                ":reason": reason,
+                ":why": reason,
                 **read_values,
             },
             name="machine",

@@ -416,7 +416,16 @@ def consume(
     )
 
 
-def mark_expired(request: JoinRequestRecord, *, now: datetime) -> bool:
+class DueRequest(NamedTuple):
+    """An open request as the open-requests index (gsi2) projects it: what marking it expired needs."""
+
+    request_id: str
+    tenant_id: str
+    site_id: str
+    pool_id: str | None
+
+
+def mark_expired(request: JoinRequestRecord | DueRequest, *, now: datetime) -> bool:
     """pending or approved, past its expiry at `now` → expired. False when the request was
     decided, consumed or marked since it was read (nothing is written then)."""
     try:
@@ -458,7 +467,7 @@ def list_partition_page(
 
 
 class DuePage(NamedTuple):
-    requests: list[JoinRequestRecord]
+    requests: list[DueRequest]
     next: Item | None  # where the next page of this shard starts; None: the shard is done
 
 
@@ -471,4 +480,8 @@ def open_due(shard: int, *, now: datetime, limit: int, start: Item | None = None
         limit=limit,
         start_after=start,
     )
-    return DuePage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key)
+    due = [
+        DueRequest(item["requestId"], item["tenantId"], item["siteId"], item.get("poolId"))
+        for item in page.items
+    ]
+    return DuePage(due, page.last_key)
