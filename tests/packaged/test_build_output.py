@@ -304,3 +304,23 @@ def test_built_handler_runs_from_the_artifact(table: str, logical_id: str) -> No
 def test_the_layer_does_not_ship_boto3() -> None:
     # boto3 comes from the Lambda runtime; shipping a second copy would only slow cold starts
     assert not (BUILD / "DomainLayer" / "python" / "boto3").exists()
+
+
+def test_the_layer_carries_the_join_policy_engine() -> None:
+    # Given a bare interpreter with only the built layer and the runtime's boto3 on its path, as on Lambda
+    script = (
+        "import sys; sys.path[:0] = sys.argv[1:3]\n"
+        "from joinplane import policy\n"
+        "from joinplane.policy_rules import PolicyRule\n"
+        "rule = PolicyRule(name='gpu', when='request.hostname.startsWith(\"gpu-\")', decision='approve')\n"
+        "print(policy.evaluate(policy.compile_policy([rule]), policy.sample_activation()).rule)\n"
+    )
+    # When a policy is compiled and evaluated there
+    run = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(BUILD / "DomainLayer" / "python"), str(RUNTIME)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # Then the CEL engine sam packaged for the function's architecture ran it
+    assert run.stdout.strip() == "gpu", run.stderr
