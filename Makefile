@@ -169,6 +169,7 @@ bench: setup build runtime
 	$(PY) -m tests.bench_events
 	$(PY) -m tests.bench_queue
 	$(PY) -m tests.bench_queue_across
+	$(PY) -m tests.bench_fleet_boot
 	$(PY) -m tests.bench_overload
 	$(PY) -m tests.bench_junk
 	$(PY) -m tests.bench_cli_startup

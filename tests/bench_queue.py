@@ -17,7 +17,7 @@ from typing import Any
 
 from joinplane import aws, clock, container, ids, join_requests, pools
 from joinplane.dal import dynamo
-from joinplane.dal.requests import list_partition
+from joinplane.dal.requests import list_partition, queue_index
 from joinplane.grants import Grant, Principal
 from joinplane.settings import settings
 from joinplane_local import emulator
@@ -48,6 +48,7 @@ def request_item(pool_id: str, state: str, site: str = "site-1") -> dict[str, An
         "expiresAtEpoch": expires,
         "gsi1pk": list_partition("acme", site, pool_id, state),
         "gsi1sk": request_id,
+        **(queue_index("acme", request_id) if state == "pending" else {}),
     }
 
 

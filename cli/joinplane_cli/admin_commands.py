@@ -93,6 +93,10 @@ def _pools(args: argparse.Namespace) -> Exit:
     if args.action == "list":
         return admin_pools.pools_list(op, args.site, args.state, args.limit, args.cursor, args.every)
     pool = args.pool_id or _pool(args)
+    if args.action == "simulate":
+        from joinplane_cli import admin_simulate
+
+        return admin_simulate.pools_simulate(op, pool, args.policy, args.limit, args.changed)
     bootstrap = admin_pools.read_bootstrap(
         getattr(args, "bootstrap", None), getattr(args, "controlplane_url", None)
     )
@@ -292,7 +296,7 @@ def tokens_command(p: Parents) -> None:
 
 def pools_command(p: Parents) -> None:
     commands, server, operator, paging = p.commands, p.server, p.operator, p.paging
-    pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive)")
+    pools = commands.add_parser("pools", help="compute pools (create, list, get, update, archive, simulate)")
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("create", "create a pool"),
@@ -360,6 +364,27 @@ def pools_command(p: Parents) -> None:
     for name, text in (("get", "show a pool"), ("archive", "archive a pool: no new joins or tokens")):
         one = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(one)
+    simulate = actions.add_parser(
+        "simulate",
+        parents=[server, operator],
+        help="what a draft join policy would have decided for the pool's recent joins (saves nothing)",
+    )
+    shared_options.pool_id_argument(simulate)
+    simulate.add_argument(
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="the draft: a JSON list of rules (docs/policy.md); - reads stdin",
+    )
+    simulate.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="simulate the N newest requests and the N newest machines (1 to 200, server default 200)",
+    )
+    simulate.add_argument(
+        "--changed", action="store_true", help="list only the joins whose outcome would change"
+    )
     pools.set_defaults(handler=_pools)
 
 

@@ -135,10 +135,10 @@ class Backoff:
         self.cap = cap
         self.failures = 0
 
-    def next(self) -> float:
+    def next(self, at_least: float = 0.0) -> float:  # at_least: a busy server's Retry-After
         ceiling = min(self.cap, self.base * 2.0 ** min(self.failures, 32))
         self.failures += 1
-        return ceiling * random.uniform(0.5, 1.0)
+        return max(ceiling * random.uniform(0.5, 1.0), at_least)
 
     def reset(self) -> None:
         self.failures = 0
@@ -397,7 +397,7 @@ class Agent:
                     if not ((self.o.service or self.o.wait) and retryable(failed)) or self._out_of_time(wait):
                         raise
                     busy = f"server busy ({failed.code})"
-                    self._pause(status, wait, self._retry_in(backoff, wait), busy, jitter=False)
+                    self._pause(status, wait, self._retry_in(backoff, wait, failed), busy, jitter=False)
                     continue
                 except Unreachable as down:
                     if not (self.o.service or self.o.wait) or self._out_of_time(wait):
@@ -449,9 +449,9 @@ class Agent:
                 self.complain("Interrupted.")
             return Exit.INTERRUPTED
 
-    def _retry_in(self, backoff: Backoff, wait: _Wait) -> float:
-        """The next backoff pause, cut short where --max-wait ends."""
-        delay = backoff.next()
+    def _retry_in(self, backoff: Backoff, wait: _Wait, failed: ApiError | None = None) -> float:
+        """The next backoff pause, no sooner than a busy server asked, cut short where --max-wait ends."""
+        delay = backoff.next((failed.retry_after or 0.0) if failed is not None else 0.0)
         if self.o.max_wait is not None:
             delay = min(delay, max(self.o.max_wait - wait.elapsed(), 0.0))
         return delay

@@ -1,4 +1,4 @@
-"""POST /api/compute/pools/{create,get,list,update,archive}"""
+"""POST /api/compute/pools/{create,get,list,update,archive,simulatePolicy}"""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def update(request: HttpRequest) -> views.Pool:
 @routes.operation("pools.archive")
 def archive(request: HttpRequest) -> views.Pool:
     return pools.archive(*operator_api.parse(request, pools.PoolRef))
+
+
+@routes.operation("pools.simulatePolicy")
+def simulate_policy(request: HttpRequest) -> views.PolicySimulation:
+    # Imported here: the policy engine and the reads of joins cost the other pool routes nothing.
+    from joinplane import policy_simulation
+
+    return policy_simulation.simulate(*operator_api.parse(request, policy_simulation.SimulatePolicy))
 
 
 lambda_handler = routes.handle

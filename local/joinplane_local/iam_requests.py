@@ -47,7 +47,7 @@ def _expression_words(expression: str) -> frozenset[str]:
 
 
 # The partition key attribute of the table and of each index (template.yaml's key schema).
-PARTITION_KEYS = {None: "pk", "gsi1": "gsi1pk", "gsi2": "gsi2pk"}
+PARTITION_KEYS = {None: "pk", "gsi1": "gsi1pk", "gsi2": "gsi2pk", "gsi3": "gsi3pk"}
 
 
 def _scalar(value: Mapping[str, Any]) -> str:

@@ -22,6 +22,10 @@ the functions or the tests would otherwise come to rely on, it is corrected here
   size. Real KMS signs a DIGEST as the hash it is and refuses RAW messages over 4096 bytes; the
   correction does both, for the ECC keys Joinplane's CAs use, so that CRLs too large to sign RAW are
   signed here as they are in AWS.
+- `kms_sign_quota`: real KMS refuses Sign calls past the account's request-rate quota with a
+  ThrottlingException; moto never does. `kms_sign_quota(per_second)` sets a quota on the
+  emulator's Sign calls (None, the default: none), counted over the last second as KMS counts
+  them, so a test or a local run can see what a caller sees when KMS throttles.
 
 Each correction reaches into moto's internals (method names, module attributes, how a table holds
 its items), which a moto release may change without notice; one that silently stopped applying
@@ -240,6 +244,51 @@ def _kms_message_type() -> None:
     KmsResponse.sign = sign  # type: ignore[method-assign]
 
 
+# --- kms_sign_quota -------------------------------------------------------------------------------
+
+_sign_quota: list[float | None] = [None]  # Sign calls a second the emulator answers; None: no quota
+_signed_at: list[float] = []  # when the Sign calls of the last second were answered (monotonic)
+_quota_lock = threading.Lock()
+
+
+def kms_sign_quota(per_second: float | None) -> None:
+    """Throttle the emulator's KMS Sign calls past `per_second` within any second (None: never)."""
+    with _quota_lock:
+        _sign_quota[0] = per_second
+        _signed_at.clear()
+
+
+def _within_quota() -> bool:
+    import time
+
+    quota = _sign_quota[0]
+    if quota is None:
+        return True
+    now = time.monotonic()
+    with _quota_lock:
+        _signed_at[:] = [at for at in _signed_at if now - at < 1.0]
+        if len(_signed_at) >= quota:
+            return False
+        _signed_at.append(now)
+        return True
+
+
+def _kms_sign_quota() -> None:
+    from moto.core.exceptions import JsonRESTError
+    from moto.kms.responses import KmsResponse
+
+    original = KmsResponse.sign
+
+    @functools.wraps(original)
+    def sign(self: Any) -> str:
+        if not _within_quota():
+            # As KMS words it (HTTP 400, the error type in the body): botocore reads it as a throttle.
+            raise JsonRESTError("ThrottlingException", "Rate exceeded")
+        return str(original(self))
+
+    KmsResponse.sign = sign  # type: ignore[method-assign]
+
+
 # --- applying them --------------------------------------------------------------------------------
 
 # In the order they are applied: the rollback wraps moto's transaction first, so that the atomicity
@@ -249,6 +298,7 @@ PATCHES: dict[str, Callable[[], None]] = {
     "request_atomicity": _request_atomicity,
     "stream_iterators": _stream_iterators,
     "kms_message_type": _kms_message_type,
+    "kms_sign_quota": _kms_sign_quota,
 }
 _applied: list[str] = []
 _applying = threading.Lock()

@@ -21,7 +21,7 @@ from joinplane import aws, ca, ca_keys, clock, container, csr_checks, der, expir
 from joinplane.dal import authorities as authorities_db
 from joinplane.dal import dynamo
 from joinplane.dal.pools import pool_key
-from joinplane.errors import Aborted, Internal, InvalidState, JoinplaneError, Unavailable
+from joinplane.errors import Aborted, Internal, InvalidState, JoinplaneError, RetryLater, Unavailable
 from joinplane_local import iam
 from tests.support import release_together
 from tests.support.csr import Csrs, OpensslTool, openssl
@@ -230,14 +230,16 @@ def test_the_der_wrapping_is_what_cryptography_itself_writes() -> None:
 
 
 @pytest.mark.parametrize(
-    "code", ["ThrottlingException", "KMSInternalException", "DependencyTimeoutException"]
+    "code",
+    ["ThrottlingException", "LimitExceededException", "KMSInternalException", "DependencyTimeoutException"],
 )
-def test_kms_throttling_and_outages_are_unavailable(code: str) -> None:
+def test_kms_throttling_and_outages_are_unavailable_with_when_to_retry(code: str) -> None:
     client = aws.client("kms")
     with Stubber(client) as stub:
-        stub.add_client_error("sign", code, http_status_code=400 if code == "ThrottlingException" else 500)
-        with pytest.raises(Unavailable, match="KMS"):
+        stub.add_client_error("sign", code, http_status_code=500 if code == "KMSInternalException" else 400)
+        with pytest.raises(RetryLater, match="KMS") as raised:
             ca_keys.kms_sign_tbs("key", b"tbs")
+    assert raised.value.retry_after_seconds == 1
 
 
 def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:

@@ -53,6 +53,17 @@ def test_backoff_doubles_with_jitter_up_to_a_minute_and_starts_over_after_a_succ
     assert 0.5 <= backoff.next() <= 1.0
 
 
+def test_a_busy_server_is_waited_out_at_least_as_long_as_its_retry_after() -> None:
+    # Given a 503 saying when to come back (KMS throttled the join), and one saying nothing
+    told = ApiError(503, "UNAVAILABLE", "the key store (KMS) is busy")
+    told.retry_after = 20.0
+    silent = ApiError(503, "UNAVAILABLE", "busy")
+    # When the agent waits each out after its first failure
+    # Then it waits at least what the server asked, else its own backoff (half to all of 1 s)
+    assert agent.Backoff().next(told.retry_after or 0.0) >= 20.0
+    assert 0.5 <= agent.Backoff().next(silent.retry_after or 0.0) <= 1.0
+
+
 @pytest.mark.parametrize(
     ("status", "code", "retried"),
     [

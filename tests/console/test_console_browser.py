@@ -4,6 +4,7 @@ views, keyboard only, and axe-core finding no serious or critical accessibility 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -437,3 +438,49 @@ def test_a_key_limited_to_one_pools_join_tokens_works_in_that_pool(
     page.get_by_text("This API key sees no pools: none of its grants reaches one.").wait_for()
     page.get_by_role("link", name="Machines").click()
     page.get_by_text("This API key sees no pools: none of its grants reaches one.").wait_for()
+
+
+def test_a_draft_policy_is_simulated_over_a_pools_joins(
+    chromium: Any, http: Http, pages: list[Watched], tmp_path: Path
+) -> None:
+    # Given a pool with a saved policy, where one machine waits for an operator and another was admitted
+    new_pool(http, "trial")
+    pending_request(http, "trial", tmp_path, "gpu-node-1.rack7.example.com", cpuCount=8)
+    _, token = http.post("/api/compute/joinTokens/create", {"tenantId": "dev", "poolId": "trial"}, http.admin)
+    admitted = {"joinToken": token["token"], "machineFingerprint": "fp-trial-1", "hostname": "cpu-node-1"}
+    assert http.post("/machines/join", admitted)[0] == 200
+    saved = [{"name": "saved-rule", "when": "false", "decision": "deny", "reason": ""}]
+    status, _ = http.post(
+        "/api/compute/pools/update", {"tenantId": "dev", "poolId": "trial", "joinPolicy": saved}, http.admin
+    )
+    assert status == 200
+    watched = console(chromium, http, pages, DESKTOP)
+    page = watched.page
+    sign_in(page, http.admin)
+    page.get_by_role("link", name="Policy simulation").click()
+    page.get_by_label("Pool", exact=True).select_option("trial")
+    draft = page.get_by_label("Draft policy (JSON rules)")
+    # Then the draft starts as the pool's saved policy
+    wait_until(lambda: "saved-rule" in draft.input_value())
+    # When a draft with a rule that does not parse is simulated
+    draft.fill('[{"name": "typo", "when": "request.hostname ==", "decision": "approve"}]')
+    page.get_by_role("button", name="Simulate").click()
+    # Then the API's refusal is shown, naming the rule (the browser logs the 400 it got)
+    page.get_by_role("alert").filter(has_text="typo").wait_for()
+    assert len(watched.errors) == 1 and "400" in watched.errors[0], watched.errors
+    watched.errors.clear()
+    # When the draft approves the GPU nodes
+    rule = {"name": "gpu-nodes", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve"}
+    draft.fill(json.dumps([rule]))
+    page.get_by_role("button", name="Simulate").click()
+    # Then the counts say one join of two would change, and the table says which and by which rule
+    summary = page.locator("#view").get_by_text("2 joins: 2 would be admitted, 0 deferred, 0 denied.")
+    assert "1 would change: 1 deferred → admit" in summary.inner_text()
+    changed = page.get_by_role("row").filter(has_text="gpu-node-1")
+    assert "gpu-nodes" in changed.inner_text() and "changes" in changed.inner_text()
+    page.get_by_label("Only joins whose outcome would change").check()
+    assert page.get_by_role("row").filter(has_text="cpu-node-1").count() == 0
+    assert axe_violations(page) == []
+    # And on a phone nothing scrolls sideways
+    page.set_viewport_size(PHONE)
+    assert page_width(page) <= PHONE["width"]

@@ -157,6 +157,11 @@ checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403",
 include-operation-id = "pools.update"
 checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
 
+# pools/simulatePolicy takes a draft policy: the same, its drafts compiled as pools/update compiles them.
+[[operations]]
+include-operation-id = "pools.simulatePolicy"
+checks.positive_data_acceptance.expected-statuses = ["200", "400", "401", "403", "404", "409", "429"]
+
 [auth.openapi.apiKey]
 bearer = {json.dumps(key)}
 

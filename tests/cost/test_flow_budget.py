@@ -114,6 +114,7 @@ def test_a_deferral_its_approval_and_its_consumption(measured: dict[str, Lines])
         "JREQ UpdateItem",
         "JREQ gsi1",
         "JREQ gsi2",
+        "JREQ gsi3",
         "MACHINE Put",
         "MACHINE gsi1",
         "HWCLAIM Put",

@@ -6,6 +6,8 @@ client that sends poolId is answered exactly as before (tests/join/test_queue.py
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
@@ -110,10 +112,13 @@ def test_a_key_sees_only_the_queues_its_grants_reach(queue, admin_key) -> None:
     ]:
         # Given a key with one grant
         key = make_key(admin_key, grant)
-        # When it lists the queue without a pool
-        items = listed(key, state="all")
-        # Then it sees exactly the requests of the pools it may read and of those pools' sites
-        assert [r["requestId"] for r in items] == sorted(chain(*(queue[name] for name in sees))), grant
+        # When it lists the queue without a pool: every state, and the pending queue (the tenant's
+        # queue index when it reads more than two partitions)
+        for state in ("all", "pending"):
+            items = listed(key, state=state)
+            # Then it sees exactly the requests of the pools it may read and of those pools' sites
+            expected = sorted(chain(*(queue[name] for name in sees)))
+            assert [r["requestId"] for r in items] == expected, (grant, state)
 
 
 def test_an_archived_pool_shows_its_own_requests_but_is_no_window_onto_its_site(
@@ -137,25 +142,90 @@ def test_another_tenant_is_refused_and_its_own_queue_is_empty(queue, admin_key) 
     assert call(LIST, {"tenantId": "globex"}, key).body == {"requests": []}
 
 
-def test_a_page_across_pools_costs_a_bounded_number_of_queries(queue, admin_key) -> None:
-    # Given 2 pools and 2 sites (4 owners), When each state is listed without a pool
+@contextmanager
+def counting() -> Iterator[Counter[str]]:
+    """The DynamoDB calls made inside the block, by operation."""
     counted: Counter[str] = Counter()
 
     def count(event_name: str, **_: Any) -> None:
         counted[event_name.rsplit(".", 1)[-1]] += 1
 
     client = aws.client("dynamodb")
-    client.meta.events.register("before-call.dynamodb.*", count)
+    client.meta.events.register("before-call.dynamodb.*", count, unique_id="queue-cost")
     try:
-        for state, sources in [("pending", 1), ("expired", 3), ("all", 5)]:
-            counted.clear()
-            reply = call(LIST, {"tenantId": "acme", "state": state}, admin_key)
-            assert reply.status == 200
-            # Then the Queries are the pool listing (1) and at most rounds x owners x sources
-            assert counted["Query"] <= 1 + join_requests.MAX_ROUNDS * 4 * sources
-            assert "Scan" not in counted
+        yield counted
     finally:
-        client.meta.events.unregister("before-call.dynamodb.*", count)
+        client.meta.events.unregister("before-call.dynamodb.*", unique_id="queue-cost")
+
+
+def test_a_page_across_pools_costs_a_bounded_number_of_queries(queue, admin_key) -> None:
+    # Given 2 pools and 2 sites (4 owners), When each other state is listed without a pool
+    for state, sources in [("expired", 3), ("all", 5)]:
+        with counting() as counted:
+            reply = call(LIST, {"tenantId": "acme", "state": state}, admin_key)
+        assert reply.status == 200
+        # Then the Queries are the pool listing (1) and at most rounds x owners x sources
+        assert counted["Query"] <= 1 + join_requests.MAX_ROUNDS * 4 * sources
+        assert "Scan" not in counted
+
+
+def test_a_page_of_the_pending_queue_costs_at_most_three_queries(queue, admin_key) -> None:
+    # Given 2 pools and 2 sites with 6 pending requests
+    # When the pending queue is listed without a pool by a key of the tenant
+    with counting() as counted:
+        reply = call(LIST, {"tenantId": "acme"}, admin_key)
+    # Then it is the pool listing and one Query of the tenant's queue, not one per pool and site,
+    # and one BatchGetItem of the requests shown (GetItem: the calling key)
+    assert len(reply.body["requests"]) == 6
+    assert counted == Counter({"GetItem": 1, "Query": 2, "BatchGetItem": 1})
+
+    # When a key that reads pool cpu only lists it (its partition and its site's: one Query each)
+    key = make_key(admin_key, "compute:join-tokens:read@compute-pool/cpu")
+    with counting() as counted:
+        reply = call(LIST, {"tenantId": "acme"}, key)
+    # Then the pool listing and the two partitions, and exactly its requests
+    assert counted == Counter({"GetItem": 1, "Query": 3})
+    assert [r["requestId"] for r in reply.body["requests"]] == sorted(queue["cpu"] + queue["rack-2"])
+
+
+def test_a_narrow_key_pages_through_the_tenants_queue_within_three_queries_a_page(
+    queue, admin_key, make_token, machine_factory
+) -> None:
+    # Given a third pool, arm, whose 7 requests come last in the tenant's queue, and a key that reads
+    # gpu and cpu (four partitions: over the budget, so the tenant's queue is read, 3 entries a
+    # Query for a page of 1: the key reads 2 of the 3 pools)
+    created = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "arm", "siteId": "rack-2", "name": "ARM", "workspaceId": "w"},
+        admin_key,
+    )
+    assert created.status == 200, created.body
+    defer(make_token, machine_factory, 7, poolId="arm")
+    key = make_key(
+        admin_key, "compute:join-tokens:read@compute-pool/gpu", "compute:join-tokens:read@compute-pool/cpu"
+    )
+    # When it follows the cursor one request a page
+    seen: list[str] = []
+    short_pages = 0
+    cursor = None
+    while True:
+        with counting() as counted:
+            reply = call(
+                LIST, {"tenantId": "acme", "limit": 1, **({"cursor": cursor} if cursor else {})}, key
+            )
+        # Then no page costs more than 3 Queries
+        assert reply.status == 200 and counted["Query"] <= 3, counted
+        seen += [r["requestId"] for r in reply.body["requests"]]
+        cursor = reply.body.get("nextCursor")
+        # A page that stopped at its Query budget goes on after the last request it examined
+        shown = [r["requestId"] for r in reply.body["requests"]]
+        short_pages += bool(cursor) and cursor not in shown
+        if not cursor:
+            break
+    # And the pages hold exactly its requests, each once, oldest first: arm's never; the page whose
+    # two Queries met only arm's after its first request stopped there, with a cursor past them
+    assert short_pages == 1
+    assert seen == sorted(chain(*(queue[name] for name in ("gpu", "rack-1", "cpu", "rack-2"))))
 
 
 # --- get, approve, reject by id alone ----------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -272,3 +273,33 @@ def test_kms_message_type_a_digest_is_signed_as_the_hash_it_is_and_raw_is_bounde
     # And the message itself, one byte over KMS's limit for RAW, is refused as KMS refuses it
     with pytest.raises(ClientError, match=str(moto_patches.KMS_MAX_RAW_MESSAGE)):
         client.sign(KeyId=key_id, Message=message, MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256")
+
+
+# --- kms_sign_quota -------------------------------------------------------------------------------
+
+
+def test_kms_sign_quota_signs_up_to_the_quota_then_throttles_as_kms_does(emulator: Emulator) -> None:
+    # Given a P-256 key, a client that does not retry, and a quota of 2 Sign calls a second
+    client = boto3.client(
+        "kms",
+        endpoint_url=emulator.endpoint_url,
+        region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        config=Config(retries={"mode": "standard", "max_attempts": 1}),
+    )
+    key_id = client.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"]["KeyId"]
+
+    def sign() -> dict[str, Any]:
+        return client.sign(KeyId=key_id, Message=b"m", MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256")
+
+    moto_patches.kms_sign_quota(2)
+    try:
+        # When three are asked at once, Then two are signed and the third is throttled as KMS throttles
+        assert [bool(sign()["Signature"]) for _ in range(2)] == [True, True]
+        with pytest.raises(ClientError) as throttled:
+            sign()
+        assert throttled.value.response["Error"]["Code"] == "ThrottlingException"
+        assert throttled.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    finally:
+        moto_patches.kms_sign_quota(None)
+    # And without a quota, Sign answers again at once
+    assert sign()["Signature"]

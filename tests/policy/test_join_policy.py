@@ -250,3 +250,19 @@ def test_a_pool_is_created_with_a_policy_that_compiles_and_refused_with_one_that
     assert good.status == 200 and good.body["joinPolicy"] == [GPU_HOSTS]
     assert bad.status == 400 and bad.body["error"]["details"][0]["rule"] == "x"
     assert call("/api/compute/pools/get", {"tenantId": "acme", "poolId": "p2"}, admin_key).status == 404
+
+
+def test_a_deny_rule_an_operator_removed_no_longer_denies_from_a_warm_container(
+    make_token: Callable[..., str], set_policy: Callable[[Any], Any]
+) -> None:
+    # Given a policy denying gpu hosts, which a join read (the pool is now cached in this container)
+    token = make_token()
+    assert set_policy([rule("no-gpus", 'request.hostname.startsWith("gpu-")', "deny")]).status == 200
+    assert machine(token, "gpu-1").status == 403
+
+    # When an operator removes the policy, and another gpu host joins through the warm container
+    assert set_policy([]).status == 200
+    reply = machine(token, "gpu-2")
+
+    # Then the deny is not taken from the stale copy: the machine is admitted
+    assert reply.status == 200, reply.body

@@ -53,6 +53,8 @@ REQUEST_ITEM: dict[str, Any] = {
     "gsi1sk": "jreq_01hzz",
     "gsi2pk": "OPENJREQ#3",
     "gsi2sk": "001767312000#jreq_01hzz",
+    "gsi3pk": "JREQQ#acme",
+    "gsi3sk": "jreq_01hzz",
     "requestId": "jreq_01hzz",
     "tenantId": "acme",
     "siteId": "eu-1",
@@ -281,6 +283,7 @@ def test_a_closed_request_leaves_the_open_requests_index() -> None:
     request = JoinRequestRecord.from_item({**REQUEST_ITEM, "state": "rejected"})
     item = request.to_item()
     assert "gsi2pk" not in item and "gsi2sk" not in item
+    assert "gsi3pk" not in item and "gsi3sk" not in item  # nor its tenant's queue
     assert item["gsi1pk"] == "JREQS#acme#SITE#eu-1#rejected"
 
 

@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from .lambda_context import LambdaContext, http_event
 class Reply:
     status: int
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)  # as the function answered them
 
     @property
     def code(self) -> str | None:
@@ -161,4 +162,5 @@ def join(
         headers["joinplane-proof"] = proof
     event = http_event(path, payload, headers, source_ip=source_ip)
     result = route_handler(path)(event, LambdaContext(remaining_millis=remaining_millis))
-    return Reply(result["statusCode"], json.loads(result["body"]) if result.get("body") else None)
+    body = json.loads(result["body"]) if result.get("body") else None
+    return Reply(result["statusCode"], body, dict(result.get("headers") or {}))

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from joinplane import aws, clock, der
 from joinplane.dal import ca_retention
-from joinplane.errors import Internal, Unavailable
+from joinplane.errors import Internal, RetryLater
 from joinplane.settings import settings
 
 # Real KMS signs RAW messages of at most 4096 bytes.
@@ -149,14 +149,24 @@ _UNAVAILABLE_CODES = frozenset(
 )
 
 
+# What a caller is told to wait (Retry-After) when KMS throttled or failed after the client's own
+# retries: its quotas are counted per second, so the next second has room again, and callers add
+# their own jitter (docs/fleet.md).
+KMS_RETRY_AFTER_SECONDS = 1
+
+
 def _raise_if_unavailable(failure: Exception) -> None:
     # botocore is loaded already by the client that raised; importing it here costs nothing.
     from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
     if isinstance(failure, ConnectionError | HTTPClientError):
-        raise Unavailable("the key store (KMS) is unavailable, retry later") from failure
+        raise RetryLater(
+            "the key store (KMS) is unavailable, retry later", KMS_RETRY_AFTER_SECONDS
+        ) from failure
     if isinstance(failure, ClientError):
         status = failure.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         code = failure.response.get("Error", {}).get("Code")
         if code in _UNAVAILABLE_CODES or status == 429 or status >= 500:
-            raise Unavailable("the key store (KMS) is unavailable, retry later") from failure
+            raise RetryLater(
+                "the key store (KMS) is busy or unavailable, retry later", KMS_RETRY_AFTER_SECONDS
+            ) from failure

@@ -200,14 +200,20 @@ class Aborted(JoinplaneError):
     reason = CONCURRENT_CHANGE
 
 
-class OutOfTime(Unavailable):
-    """The invocation is about to run out of time (see joinplane.deadline): nothing more was
-    attempted. Every dialect answers 503 in its own envelope with `Retry-After`."""
-
-    reason = OUT_OF_TIME
+class RetryLater(Unavailable):
+    """Nothing was done, and asking again after `retry_after_seconds` is safe and likely to work (a
+    dependency throttled us, or time ran out). Every dialect answers 503 in its own envelope with
+    `Retry-After`."""
 
     def __init__(
         self, message: str, retry_after_seconds: int = 1, details: list[dict[str, Any]] | None = None
     ) -> None:
         super().__init__(message, details)
         self.retry_after_seconds = retry_after_seconds
+
+
+class OutOfTime(RetryLater):
+    """The invocation is about to run out of time (see joinplane.deadline): nothing more was
+    attempted."""
+
+    reason = OUT_OF_TIME

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from joinplane import deadline, observe, routes
-from joinplane.errors import Internal, JoinplaneError, NotFound, OutOfTime
+from joinplane.errors import Internal, JoinplaneError, NotFound, RetryLater
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,8 @@ Renderer = Callable[[Any], dict[str, Any]]
 
 
 def retry_headers(error: JoinplaneError) -> dict[str, str]:
-    """`Retry-After` for an error that says when to retry (OutOfTime), else nothing."""
-    if isinstance(error, OutOfTime):
+    """`Retry-After` for an error that says when to retry (RetryLater), else nothing."""
+    if isinstance(error, RetryLater):
         return {"retry-after": str(error.retry_after_seconds)}
     return {}
 

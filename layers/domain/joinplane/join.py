@@ -50,9 +50,9 @@ from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal.machines import Claim, IdentityRecord, MachineRecord, TpmFactsRecord
 from joinplane.dal.pools import PoolRecord
-from joinplane.dal.requests import ApprovalRecord, JoinRequestRecord, VoteReasonRecord
+from joinplane.dal.requests import JoinRequestRecord, VoteReasonRecord
 from joinplane.deadline import attempts
-from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, Unavailable
+from joinplane.errors import Aborted, JoinplaneError, PermissionDenied, RetryLater
 from joinplane.join_decide import (
     AdmitByPolicy,
     ConsumeApproval,
@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 
 Response = tuple[int, "join_views.JoinMachineResponse"]
 
+# A transaction DynamoDB cancelled for no condition of its own: the same item (most often the join
+# token, which every join through it updates) in other transactions past the retries. Nothing was
+# written; a second later the crowd has moved on (docs/fleet.md).
 NOT_RECORDED = "the join could not be recorded, retry"
 
 
@@ -135,16 +138,6 @@ def issue_certificate(
         issued.serial,
         issued.ca_id,
     )
-
-
-def _worker_image(pool: PoolRecord, baseline: str | None, sent: str) -> tuple[str, str | None]:
-    """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
-    follows the pool's current image, anything else is pinned and handed back as sent."""
-    if baseline is None and sent:
-        baseline = sent
-    if not sent or sent == baseline:
-        return pool.worker_image, baseline
-    return sent, baseline
 
 
 def _admitted(
@@ -229,11 +222,8 @@ def _new_machine(
 def _new_request(
     attempt: Attempt, pool: PoolRecord | None, votes: list[Vote], tpm: TpmFactsRecord, why: Deferral
 ) -> JoinRequestRecord:
-    """A deferral's request: `why.votes` deferred it (a policy rule's among them, if one did); a
-    policy rule's approval, when the pool requires more than one, is its first."""
+    """A deferral's request: `why.votes` deferred it (a policy rule's among them, if one did)."""
     token, now = attempt.token, clock.now()
-    given = why.policy_approval if isinstance(why, Defer) else None
-    approvals = (ApprovalRecord(given.by, clock.rfc3339(now), given.reason or None, seq=1),) if given else ()
     expires = now + timedelta(
         seconds=pool.join_request_ttl_seconds if pool else pools.DEFAULT_JOIN_REQUEST_TTL
     )
@@ -257,8 +247,7 @@ def _new_request(
         expires_at=clock.rfc3339(expires),
         expires_at_epoch=clock.seconds(expires),
         policy_rule=(why.rule if isinstance(why, AdmitByPolicy) else why.policy_rule) or None,
-        approvals=approvals,
-        approvals_required=pool.approvals_required if approvals and pool else None,
+        **join_decide.first_approval(why, clock.rfc3339(now), pool),
     )
 
 
@@ -320,7 +309,7 @@ def _commit_fresh(
         machine_id = ids.new_id(machines.ID_PREFIX)
         secret = machines.mint_token(machine_id)
         cert = issue_certificate(attempt.csr, pool, machine_id)
-        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(pool, None, attempt.request.workerImage)
         claims = join_facts.hardware_claims(attempt.request) + join_facts.ek_claims(attempt)
         req = None  # a deferral a policy rule approved: its request, consumed by this machine
         if isinstance(decided, AdmitByPolicy):
@@ -333,7 +322,7 @@ def _commit_fresh(
         admitted = joins_db.admit(token, now=now, pool=pool, identity=record, machine=machine, request=req)
         return admitted, _admitted(pool, machine_id, secret, cert, image, machine.schedulable)
     except joins_db.NotRecorded:
-        raise Unavailable(NOT_RECORDED) from None
+        raise RetryLater(NOT_RECORDED) from None
 
 
 # --- a key with a history ----------------------------------------------------------------------
@@ -392,7 +381,7 @@ def _consume(attempt: Attempt, record: IdentityRecord, request: JoinRequestRecor
         # From the pool as read on this attempt: a pool changed since the cache was filled fails the
         # pool check and is read again, so no machine leaves with the old pool's settings.
         cert = issue_certificate(attempt.csr, pool, machine_id)
-        image, baseline = _worker_image(pool, None, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(pool, None, attempt.request.workerImage)
         machine = _new_machine(
             attempt, pool, machine_id, secret, cert, baseline, claims, request.request_id, tpm
         )
@@ -406,7 +395,7 @@ def _consume(attempt: Attempt, record: IdentityRecord, request: JoinRequestRecor
                 now=clock.now(),
             )
         except joins_db.NotRecorded:
-            raise Unavailable(NOT_RECORDED) from None
+            raise RetryLater(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
                 observe.decision(
@@ -449,7 +438,9 @@ def _rejoin(attempt: Attempt, record: IdentityRecord, machine: MachineRecord) ->
         claims.append(("ek", tpm.ek_public_key_sha256))
     for _ in attempts(3, exhausted=Aborted("the pool changed while joining; retry")):
         cert = issue_certificate(attempt.csr, pool, machine.machine_id)
-        image, baseline = _worker_image(pool, machine.worker_image_baseline, attempt.request.workerImage)
+        image, baseline = join_decide.worker_image(
+            pool, machine.worker_image_baseline, attempt.request.workerImage
+        )
         renewed = machine._replace(
             machine_token_sha256=credentials.digest(secret),
             certificate_serial=cert.serial or None,
@@ -472,7 +463,7 @@ def _rejoin(attempt: Attempt, record: IdentityRecord, machine: MachineRecord) ->
                 now=clock.now(),
             )
         except joins_db.NotRecorded:
-            raise Unavailable(NOT_RECORDED) from None
+            raise RetryLater(NOT_RECORDED) from None
         match outcome:
             case joins_db.Committed():
                 return _told(_admitted(pool, machine.machine_id, secret, cert, image, renewed.schedulable))

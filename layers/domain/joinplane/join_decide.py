@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
 from joinplane.dal.machines import IdentityRecord, MachineRecord, TpmFactsRecord
 from joinplane.dal.pools import PoolRecord
-from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.requests import ApprovalRecord, JoinRequestRecord
 from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.errors import (
     Aborted,
@@ -165,6 +165,16 @@ def schedulable(requested: bool, checks: Iterable[PreflightCheckLike]) -> bool:
     return requested and not any(not c.ok and c.severity.lower() == "error" for c in checks)
 
 
+def worker_image(pool: PoolRecord, baseline: str | None, sent: str) -> tuple[str, str | None]:
+    """levers9 JoinMachine: the first image a machine sends is its baseline; sending the baseline (or nothing)
+    follows the pool's current image, anything else is pinned and handed back as sent."""
+    if baseline is None and sent:
+        baseline = sent
+    if not sent or sent == baseline:
+        return pool.worker_image, baseline
+    return sent, baseline
+
+
 def pool_usable(pool: PoolRecord | None) -> Refuse | None:
     """Joins, retries and re-joins need the token's pool to exist and be active."""
     if pool is None:
@@ -265,6 +275,16 @@ def approve_deferral(
         policy_rule=outcome.rule,
         policy_approval=PolicyApproval(policy_approver(outcome.rule), outcome.reason),
     )
+
+
+def first_approval(why: Defer | AdmitByPolicy, at: str, pool: PoolRecord | None) -> dict[str, Any]:
+    """A deferral's request's approvals to start with (fields of JoinRequestRecord): the policy
+    rule's, when the pool requires more than one approval and the rule gave it; else none."""
+    given = why.policy_approval if isinstance(why, Defer) else None
+    if given is None or pool is None:
+        return {}
+    approval = ApprovalRecord(given.by, at, given.reason or None, seq=1)
+    return {"approvals": (approval,), "approvals_required": pool.approvals_required}
 
 
 def policy_approver(rule: str) -> str:

@@ -137,12 +137,17 @@ def _visible(pool: PoolRecord, request_id: str) -> JoinRequestRecord:
     return found
 
 
+# Pools read a Query: DynamoDB's 1 MB a Query ends a page first for pools of over 1 KB each.
+POOLS_A_QUERY = 1000
+
+
 def _tenant_pools(tenant_id: str) -> list[PoolRecord]:
-    """Every pool of the tenant, in poolId order: the tenant's pool listing, 200 a Query."""
+    """Every pool of the tenant, in poolId order: the tenant's pool listing, one Query for the
+    pools of most tenants (POOLS_A_QUERY, or 1 MB)."""
     found: list[PoolRecord] = []
     after: str | None = None
     while True:
-        page = pools_db.list_pools(tenant_id, after=after, limit=200)
+        page = pools_db.list_pools(tenant_id, after=after, limit=POOLS_A_QUERY)
         found += page.pools
         if page.complete or not page.pools:
             return found
@@ -352,74 +357,161 @@ MAX_ROUNDS = 3
 Owner = tuple[str, str | None]
 
 
-def _owners(
-    principal: Principal, request: ListJoinRequests
-) -> tuple[str, list[Owner], dict[str | None, int]]:
-    """The tenant and the partitions' owners a listing reads, and the approvals each pool requires
-    (under None, the named pool's, which its site's unclaimed requests would need from it). A pool:
-    itself and, while active, its site. No pool: every pool of the tenant the key may read, and the
-    sites of the active ones."""
+# Across pools (no `poolId`), a page reads at most QUERY_BUDGET request Queries after the tenant's pool
+# listing (one Query per 200 pools): the partitions themselves when the key reads so few that one
+# Query each fits, the tenant's queue (gsi3, pending only) otherwise. Other states keep the
+# partitions and MAX_ROUNDS (docs/queue.md says what each costs).
+QUERY_BUDGET = 2
+# The most the tenant's queue is read at once for a narrow key (its pools' share of the queue is
+# read for, up to this): about what one Query returns in its 1 MB anyway.
+QUEUE_READ_MAX = 500
+
+
+class Owners(NamedTuple):
+    """What a listing reads: the tenant, the partitions' owners the key may see, and (across pools)
+    how many pools the tenant has, against which the key's share is measured."""
+
+    tenant_id: str
+    owners: list[Owner]
+    tenant_pools: int | None  # None: a listing through one pool
+    # The approvals each pool requires, by poolId; under None, the named pool's, which its site's
+    # unclaimed requests would need from it (none across pools: the pool that claims one decides).
+    required: dict[str | None, int]
+
+
+def _owners(principal: Principal, request: ListJoinRequests) -> Owners:
+    """The tenant and the partitions' owners a listing reads. A pool: itself and, while active, its
+    site. No pool: every pool of the tenant the key may read, and the sites of the active ones."""
     if request.poolId is not None:
         pool = pools.load(principal, request.tenantId, request.poolId, READ)
         owners: list[Owner] = [(pool.site_id, pool.pool_id)]
         if _acts_for_site(pool):
             owners.append((pool.site_id, None))
-        return pool.tenant_id, owners, {pool.pool_id: pool.approvals_required, None: pool.approvals_required}
+        return Owners(
+            pool.tenant_id,
+            owners,
+            None,
+            {pool.pool_id: pool.approvals_required, None: pool.approvals_required},
+        )
     principal.check_tenant(request.tenantId)
-    readable = [p for p in _tenant_pools(request.tenantId) if principal.can(READ, pools.resource_of(p))]
+    every = _tenant_pools(request.tenantId)
+    readable = [p for p in every if principal.can(READ, pools.resource_of(p))]
     sites = sorted({p.site_id for p in readable if _acts_for_site(p)})
-    required: dict[str | None, int] = {p.pool_id: p.approvals_required for p in readable}
-    return (
+    return Owners(
         request.tenantId,
         [(p.site_id, p.pool_id) for p in readable] + [(site, None) for site in sites],
-        required,
+        len(every),
+        {p.pool_id: p.approvals_required for p in readable},
     )
 
 
-def list_requests(principal: Principal, request: ListJoinRequests) -> views.JoinRequestList:
-    """A pool's own requests and its site's unclaimed ones, or (no `poolId`) those of every pool the
-    key may read, oldest first, by state as read now, each once.
+class Examined(NamedTuple):
+    """A page's requests that match, up to limit + 1, and where reading stopped: `cursor` is the
+    last request examined when more may follow (None: every source is read to its end)."""
 
-    Every source partition (owner x stored state) is read after the cursor and the results merged by
-    requestId up to the point every partition is known complete, so a page of 100 costs the same
-    however many requests other pools and other states hold. Stored `pending` and `approved`
-    partitions are filtered on read (a request past its expiry reads `expired`)."""
-    tenant_id, owners, required = _owners(principal, request)
-    shown_owners = set(owners)
-    open_sources = [(owner, state) for owner in owners for state in _SOURCES[request.state]]
+    matching: list[JoinRequestRecord]
+    cursor: str | None
+
+
+def _matches(request: ListJoinRequests, shown_owners: set[Owner], candidate: JoinRequestRecord) -> bool:
+    if (candidate.site_id, candidate.pool_id) not in shown_owners:
+        return False  # another owner's request (a partition never holds one; the tenant's queue does)
+    return request.state == "all" or state_now(candidate) == request.state
+
+
+def _from_queue(request: ListJoinRequests, listed: Owners) -> Examined:
+    """Pending requests from the tenant's queue: each Query reads the key's share of a page (a key
+    of 5 pools in 200 reads 40 times the page, up to QUEUE_READ_MAX), for QUERY_BUDGET Queries;
+    the entries the key may see are then read whole by key and checked again as read."""
+    shown_owners = set(listed.owners)
+    seen_pools = sum(1 for _, pool_id in listed.owners if pool_id is not None)
+    share = max(1, listed.tenant_pools or 1) / max(1, seen_pools)
+    read = min(QUEUE_READ_MAX, max(request.limit + 1, int((request.limit + 1) * share)))
+    now = clock.now()
+    cursor = request.cursor
+    picked: list[str] = []
+    more = True
+    for _ in range(QUERY_BUDGET):
+        page = requests_db.queue_page(listed.tenant_id, after=cursor, limit=read)
+        for entry in page.entries:
+            cursor = entry.request_id
+            if (entry.site_id, entry.pool_id) in shown_owners and entry.pending_at(now):
+                picked.append(entry.request_id)
+                if len(picked) > request.limit:
+                    break
+        if len(picked) > request.limit:
+            break
+        if page.complete:
+            more = False
+            break
+    if len(picked) > request.limit:
+        # One over the page says more follow; the page itself ends at its last request.
+        picked = picked[: request.limit]
+        cursor = picked[-1]
+    found = requests_db.get_many(picked)
+    # Read after the index: a request decided meanwhile is no longer pending and is left out.
+    matching = [found[i] for i in picked if i in found and _matches(request, shown_owners, found[i])]
+    return Examined(matching, cursor if more else None)
+
+
+def _from_partitions(request: ListJoinRequests, listed: Owners, rounds: int) -> Examined:
+    """Every source partition (owner x stored state) read after the cursor, merged by requestId up
+    to the point every partition is known complete, for at most `rounds` rounds."""
+    shown_owners = set(listed.owners)
+    open_sources = [(owner, state) for owner in listed.owners for state in _SOURCES[request.state]]
     cursor = request.cursor
     matching: list[JoinRequestRecord] = []
-    for _ in range(MAX_ROUNDS):
+    for _ in range(rounds):
         found: dict[str, JoinRequestRecord] = {}  # by id: a request moving partitions mid-round shows once
         bound: str | None = None  # every source still open is complete up to here
         for (site_id, pool_id), state in list(open_sources):
             page = requests_db.list_partition_page(
-                tenant_id, site_id, pool_id, state, after=cursor, limit=request.limit + 1
+                listed.tenant_id, site_id, pool_id, state, after=cursor, limit=request.limit + 1
             )
-            for listed in page.requests:
-                found.setdefault(listed.request_id, listed)
+            for listed_request in page.requests:
+                found.setdefault(listed_request.request_id, listed_request)
             if page.complete:
                 open_sources.remove(((site_id, pool_id), state))
             elif page.requests:
                 last = page.requests[-1].request_id
                 bound = last if bound is None else min(bound, last)
         for request_id in sorted(found):
-            candidate = found[request_id]
             if bound is not None and request_id > bound:
                 break
-            if (candidate.site_id, candidate.pool_id) not in shown_owners:
-                continue  # a listing partition never holds another owner's request; never show one
-            if request.state == "all" or state_now(candidate) == request.state:
-                matching.append(candidate)
+            if _matches(request, shown_owners, found[request_id]):
+                matching.append(found[request_id])
                 if len(matching) > request.limit:
                     break
         if len(matching) > request.limit or not open_sources or bound is None:
             break
         cursor = bound
+    return Examined(matching, cursor if open_sources and cursor else None)
+
+
+def list_requests(principal: Principal, request: ListJoinRequests) -> views.JoinRequestList:
+    """A pool's own requests and its site's unclaimed ones, or (no `poolId`) those of every pool the
+    key may read, oldest first, by state as read now, each once.
+
+    Through a pool, every source partition is read (`_from_partitions`), so a page of 100 costs the
+    same however many requests other pools and other states hold. Across pools, the pending queue
+    is read from the tenant's queue unless the key's partitions fit the Query budget one Query
+    each (docs/queue.md). Stored `pending` and `approved` are filtered on read (a request past its
+    expiry reads `expired`)."""
+    listed = _owners(principal, request)
+    partitions = len(listed.owners) * len(_SOURCES[request.state])
+    if listed.tenant_pools is None:
+        examined = _from_partitions(request, listed, MAX_ROUNDS)
+    elif request.state == "pending" and partitions > QUERY_BUDGET:
+        examined = _from_queue(request, listed)
+    elif partitions <= QUERY_BUDGET:
+        examined = _from_partitions(request, listed, max(1, QUERY_BUDGET // max(1, partitions)))
+    else:
+        examined = _from_partitions(request, listed, MAX_ROUNDS)
+    matching = examined.matching
     shown = matching[: request.limit]
-    result: views.JoinRequestList = {"requests": [view(r, required.get(r.pool_id)) for r in shown]}
+    result: views.JoinRequestList = {"requests": [view(r, listed.required.get(r.pool_id)) for r in shown]}
     if len(matching) > request.limit:
         result["nextCursor"] = shown[-1].request_id
-    elif open_sources and cursor:
-        result["nextCursor"] = cursor
+    elif examined.cursor:
+        result["nextCursor"] = examined.cursor
     return result

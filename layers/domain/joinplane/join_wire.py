@@ -33,7 +33,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, OutOfTime
+from joinplane.errors import DOMAIN, InvalidArgument, JoinplaneError, RetryLater
 from joinplane.http import json_response
 
 if TYPE_CHECKING:
@@ -74,13 +74,13 @@ def error_info(error: JoinplaneError) -> dict[str, Any]:
 
 
 def render_error(error: JoinplaneError) -> dict[str, Any]:
-    """`details` holds one google.rpc.ErrorInfo (every error) and, for OutOfTime, gRPC's own retry
+    """`details` holds one google.rpc.ErrorInfo (every error) and, for RetryLater, gRPC's own retry
     hint google.rpc.RetryInfo as well (HTTP's is Retry-After). JoinMachine's contract types details as
     `protobufAny` (`@type` plus the message's fields), which both are."""
     code, status = GRPC.get(error.code, (13, 500))
     details = [error_info(error)]
     headers: dict[str, str] = {}
-    if isinstance(error, OutOfTime):
+    if isinstance(error, RetryLater):
         details.append(
             {
                 "@type": "type.googleapis.com/google.rpc.RetryInfo",

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from joinplane import keyauth
-from joinplane.errors import InvalidArgument, JoinplaneError, OutOfTime, PayloadTooLarge, Unauthenticated
+from joinplane.errors import InvalidArgument, JoinplaneError, PayloadTooLarge, RetryLater, Unauthenticated
 from joinplane.grants import Principal
 from joinplane.http import HttpRequest, Router, json_response, retry_headers
 
@@ -44,11 +44,11 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def render_error(error: JoinplaneError) -> dict[str, Any]:
-    """An OutOfTime (UNAVAILABLE, 503) also says when to retry: `Retry-After` and a detail
-    `{"reason": "out_of_time", "retryAfterSeconds": n}`."""
+    """A RetryLater (UNAVAILABLE, 503) also says when to retry: `Retry-After` and a detail
+    `{"reason": "out_of_time" (or "unavailable": a dependency throttled), "retryAfterSeconds": n}`."""
     details = error.details
-    if isinstance(error, OutOfTime):
-        details = [*details, {"reason": "out_of_time", "retryAfterSeconds": error.retry_after_seconds}]
+    if isinstance(error, RetryLater):
+        details = [*details, {"reason": error.reason.lower(), "retryAfterSeconds": error.retry_after_seconds}]
     body = {
         "error": {"code": error.code, "reason": error.reason, "message": error.message, "details": details}
     }

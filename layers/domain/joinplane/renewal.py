@@ -16,7 +16,7 @@ from joinplane import clock, errors, join_decide, join_wire, machines, observe, 
 from joinplane.dal import joins as joins_db
 from joinplane.dal.machines import IdentityRecord
 from joinplane.deadline import attempts
-from joinplane.errors import Aborted, JoinplaneError, Unauthenticated, Unavailable
+from joinplane.errors import Aborted, JoinplaneError, RetryLater, Unauthenticated
 from joinplane.join import _base_url, _pool, _refuse, _refused, issue_certificate
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _renew(body: bytes, proof_header: str) -> tuple[int, join_views.RenewMachine
                 now=now,
             )
         except joins_db.NotRecorded:
-            raise Unavailable("the renewal could not be recorded, retry") from None
+            raise RetryLater("the renewal could not be recorded, retry") from None
         match outcome:
             case joins_db.Committed():
                 # Counted apart: a rotation is also an event, a routine renewal only this count.

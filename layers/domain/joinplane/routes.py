@@ -156,6 +156,29 @@ ROUTES: tuple[Route, ...] = (
         {"tenantId": "dev", "poolId": "old-pool"},
     ),
     _operator(
+        "PoolsFunction", "/api/compute/pools/simulatePolicy", "joinplane.policy_simulation:SimulatePolicy",
+        "PolicySimulation",
+        "Simulate a draft join policy",
+        "Runs `joinPolicy` (rules as `pools/update` takes them, not saved) over the pool's most recent "
+        "joins, up to `limit` join requests and `limit` admitted machines, newest first, and says for "
+        "each what the join would decide under the draft, by which rule, and whether that differs "
+        "from what happened, with counts. Changes nothing and publishes no event. Needs "
+        "`compute:pools:read`, `compute:join-tokens:read` and `compute:machines:read` on the pool; "
+        "an invalid rule is `INVALID_ARGUMENT` with its position, as in `pools/update`.",
+        {
+            "tenantId": "dev",
+            "poolId": "dev-pool",
+            "joinPolicy": [
+                {
+                    "name": "gpu-rack",
+                    "when": 'request.hostname.startsWith("gpu-")',
+                    "decision": "approve",
+                    "reason": "the new GPU rack",
+                }
+            ],
+        },
+    ),
+    _operator(
         "JoinTokensFunction", "/api/compute/joinTokens/create", "joinplane.tokens:CreateJoinToken",
         "JoinTokenCreated",
         "Create a join token",

@@ -23,11 +23,12 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 
 from joinplane import credentials, ids
 from joinplane.fact_views import AwsCaller, HardwareFacts, TpmFacts
+from joinplane.policy_views import PolicySimulation as PolicySimulation
 from joinplane.wire import DETAIL_TYPE, POOL_ID, TENANT_ID
+from joinplane.wire import TIMESTAMP as TIMESTAMP  # the hand-written contracts name it here
 
 VIEW = ConfigDict(extra="forbid")
 
-TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP, description="RFC 3339, UTC, with `Z`")]
 TenantId = Annotated[str, Field(pattern=TENANT_ID)]
 PoolId = Annotated[str, Field(pattern=POOL_ID)]
@@ -153,14 +154,7 @@ class Pool(TypedDict):
     createdAt: Timestamp
     updatedAt: Timestamp
     archivedAt: Timestamp | None
-    approvalsRequired: Annotated[
-        int,
-        Field(
-            ge=1,
-            le=3,
-            description="how many distinct API keys must approve a join request of this pool",
-        ),
-    ]
+    approvalsRequired: Annotated[int, Field(ge=1, le=3, description="distinct API keys a join request needs")]
 
 
 @with_config(VIEW)
@@ -351,9 +345,7 @@ class RequestedMachine(TypedDict):
 
 @with_config(VIEW)
 class Approval(TypedDict):
-    by: Annotated[
-        str, Field(description="the approving API key's id, or `policy:<rule name>` for a join policy")
-    ]
+    by: Annotated[str, Field(description="the approving API key's id, or `policy:<rule name>`")]
     at: Timestamp
     reason: str | None
 
@@ -386,20 +378,10 @@ class JoinRequest(TypedDict):
         list[AttestorVerdict],
         Field(description="every attestor's verdict on the join; empty on a request older than this field"),
     ]
-    approvals: Annotated[
-        list[Approval],
-        Field(description="who approved so far, oldest first: one per API key (or join policy rule)"),
-    ]
-    approvalsRequired: Annotated[
-        int | None,
-        Field(
-            description=(
-                "approvals needed: while pending, what the pool requires now; once decided, what it "
-                "required at the last approval. null for a site's request no pool claimed, read "
-                "without naming a pool: the pool that claims it decides"
-            )
-        ),
-    ]
+    approvals: Annotated[list[Approval], Field(description="who approved so far, in order: one per key")]
+    # While pending, what the pool requires now; once decided, what the last approval was judged by;
+    # null for a site's unclaimed request read through no pool (docs/queue.md, "Two approvals").
+    approvalsRequired: Annotated[int | None, Field(description="approvals needed (docs/queue.md)")]
 
 
 @with_config(VIEW)

@@ -18,6 +18,8 @@ SITE_ID = POOL_ID
 WORKSPACE_ID = r"^[A-Za-z0-9._:-]{1,128}$"
 # Free text a person typed: no control characters (the joinRequests API's `reason` rule).
 TEXT = r"^[^\u0000-\u001f\u007f]*$"
+# An instant as every answer gives it: RFC 3339, UTC, with `Z`.
+TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$"
 # An audit event's EventBridge detail type (`security.machine.joined`).
 DETAIL_TYPE = r"^security\.[a-z-]+\.[a-z-]+$"
 ULID = ids.ULID_PATTERN

@@ -124,7 +124,9 @@ def render_error(error: JoinplaneError) -> dict[str, Any]:
         )
     if error.code == "UNAVAILABLE":
         detail = f"guest_identity_inventory_unavailable: {error.message}"
-        return envelope(503, "error", "guest_identity_inventory_unavailable", detail, None)
+        return envelope(
+            503, "error", "guest_identity_inventory_unavailable", detail, None, retry_headers(error)
+        )
     if error.code == "PAYLOAD_TOO_LARGE":
         return envelope(413, "error", "request_body_too_large", "request_body_too_large", None)
     status = STATUS.get(error.code, 500)

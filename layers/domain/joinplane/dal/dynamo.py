@@ -262,7 +262,7 @@ def query(
     filter_names: Mapping[str, str] | None = None,
     filter_values: Mapping[str, Any] | None = None,
 ) -> Page:
-    """One Query call on the table (`index=None`) or on a GSI (`gsi1`, `gsi2`): items whose sort key
+    """One Query call on the table (`index=None`) or on a GSI (`gsi1`, `gsi2`, `gsi3`): items whose sort key
     begins with `sk_prefix`, or comes after `sk_after` in the direction read, or is below
     `sk_below`; `filter` is applied by DynamoDB after the read (it saves transfer, not reads)."""
     pk_name, sk_name = (f"{index}pk", f"{index}sk") if index else ("pk", "sk")

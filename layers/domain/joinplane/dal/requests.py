@@ -8,6 +8,11 @@
   pools exist.
 - Open requests (gsi2, sparse: only while pending or approved): `OPENJREQ#<shard>` /
   `<expiresAtEpoch, 12 digits>#<requestId>`, read by the retention job up to now.
+- The tenant's queue (gsi3, sparse: only while pending): `JREQQ#<tenant>` / `<requestId>`, so
+  a page of a tenant's pending requests across every pool is one Query however many pools it has
+  (docs/queue.md). It projects only the owner and the expiry (`QueueEntry`): what picks a key's
+  requests, which are then read by key. Only `pending`: the queue is what an operator watches,
+  and keeping the decided states out makes every later transition one index delete at most.
 - `ttl`: DynamoDB TTL deletes a request `RETENTION_SECONDS` after its expiry.
 """
 
@@ -212,6 +217,8 @@ class JoinRequestRecord(NamedTuple):
         }
         if self.state in OPEN_STATES:
             item.update(open_index(self.request_id, self.expires_at_epoch))
+        if self.state == "pending":
+            item.update(queue_index(self.tenant_id, self.request_id))
         return item
 
 
@@ -228,6 +235,19 @@ def open_index(request_id: str, expires_epoch: int) -> dict[str, str]:
     """gsi2 keys while a request is open: by expiry, for the retention job."""
     shard = int(hashlib.sha256(request_id.encode()).hexdigest(), 16) % OPEN_SHARDS
     return {"gsi2pk": f"OPENJREQ#{shard}", "gsi2sk": f"{expires_epoch:012d}#{request_id}"}
+
+
+def queue_partition(tenant_id: str) -> str:
+    return f"JREQQ#{tenant_id}"
+
+
+def queue_index(tenant_id: str, request_id: str) -> dict[str, str]:
+    """gsi3 keys while a request is pending: the tenant's queue, by requestId."""
+    return {"gsi3pk": queue_partition(tenant_id), "gsi3sk": request_id}
+
+
+# Leaving `pending` takes a request out of its tenant's queue in the same write.
+_LEAVE_QUEUE = "gsi3pk, gsi3sk"
 
 
 class RequestLost(Exception):
@@ -331,13 +351,13 @@ def approve(
             sets.append("reason = :reason")
             values[":reason"] = approval.reason
     else:
-        # Still pending, now in the claiming pool's queue.
+        # Still pending (and in its tenant's queue), now in the claiming pool's listing.
         sets.append("gsi1pk = :partition")
         values[":partition"] = list_partition(request.tenant_id, request.site_id, pool_id, "pending")
     try:
         item = dynamo.update(
             *request_key(request.request_id),
-            update="SET " + ", ".join(sets),
+            update="SET " + ", ".join(sets) + (f" REMOVE {_LEAVE_QUEUE}" if completes else ""),
             condition=" AND ".join(conditions),
             names=names,
             values=values,
@@ -363,7 +383,7 @@ def reject(
         ":partition": list_partition(request.tenant_id, request.site_id, request.pool_id, "rejected"),
     }
     update = "SET #state = :rejected, decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition"
-    removes = ["gsi2pk", "gsi2sk"]
+    removes = ["gsi2pk", "gsi2sk", _LEAVE_QUEUE]
     if reason:
         update += ", reason = :reason"
         values[":reason"] = reason
@@ -431,7 +451,10 @@ def mark_expired(request: JoinRequestRecord | DueRequest, *, now: datetime) -> b
     try:
         dynamo.update(
             *request_key(request.request_id),
-            update="SET #state = :expired, expiredAt = expiresAt, gsi1pk = :partition REMOVE gsi2pk, gsi2sk",
+            update=(
+                "SET #state = :expired, expiredAt = expiresAt, gsi1pk = :partition "
+                f"REMOVE gsi2pk, gsi2sk, {_LEAVE_QUEUE}"
+            ),
             condition="(#state = :pending OR #state = :approved) AND expiresAtEpoch <= :now",
             names={"#state": "state"},
             values={
@@ -464,6 +487,53 @@ def list_partition_page(
         pk=list_partition(tenant_id, site_id, pool_id, state), index="gsi1", sk_after=after, limit=limit
     )
     return RequestPage([JoinRequestRecord.from_item(item) for item in page.items], page.last_key is None)
+
+
+class QueueEntry(NamedTuple):
+    """A request as the tenant's queue holds it (gsi3 projects only this): enough to pick a key's
+    requests, which are then read whole (`get_many`)."""
+
+    request_id: str
+    site_id: str
+    pool_id: str | None
+    expires_at_epoch: int
+
+    def pending_at(self, now: datetime) -> bool:
+        """Still pending as read at `now` (the index holds only stored `pending`)."""
+        return self.expires_at_epoch > clock.seconds(now)
+
+
+class QueuePage(NamedTuple):
+    entries: list[QueueEntry]
+    complete: bool  # the queue holds nothing after the last entry
+
+
+def queue_page(tenant_id: str, *, after: str | None, limit: int) -> QueuePage:
+    """One page of the tenant's pending requests, every pool and site, in requestId order, after
+    `after` (gsi3: eventually consistent, like gsi1)."""
+    page = dynamo.query(pk=queue_partition(tenant_id), index="gsi3", sk_after=after, limit=limit)
+    entries = [
+        QueueEntry(
+            str(item["gsi3sk"]),
+            str(item["siteId"]),
+            item.get("poolId"),
+            int(item["expiresAtEpoch"]),
+        )
+        for item in page.items
+    ]
+    return QueuePage(entries, page.last_key is None)
+
+
+def get_many(request_ids: list[str]) -> dict[str, JoinRequestRecord]:
+    """The requests of `request_ids` found, by id: one BatchGetItem per 100, eventually consistent
+    (read after an index that is too; the caller checks each as read)."""
+    found: dict[str, JoinRequestRecord] = {}
+    for start in range(0, len(request_ids), 100):
+        keys = [request_key(request_id) for request_id in request_ids[start : start + 100]]
+        for item in dynamo.batch_get(keys, consistent=False).values():
+            record = JoinRequestRecord.from_item(item)
+            found[record.request_id] = record
+    return found
 
 
 class DuePage(NamedTuple):

@@ -6,9 +6,10 @@ import * as machines from "./machines.js";
 import * as pools from "./pools.js";
 import * as queue from "./queue.js";
 import * as request from "./request.js";
+import * as simulate from "./simulate.js";
 import * as tokens from "./tokens.js";
 
-const VIEWS = { queue, tokens, machines, pools, audit, requests: request };
+const VIEWS = { queue, tokens, machines, pools, simulate, audit, requests: request };
 // A view inside a section of the navigation: a request's page is part of the queue.
 const SECTION = { requests: "queue" };
 const INVALID_KEY = "This API key is not valid.";
