@@ -94,3 +94,32 @@ def test_in_a_three_approval_pool_a_rules_approval_is_one_and_two_keys_complete_
     assert [a["by"] for a in created["approvals"]] == ["policy:gpu-hosts"]
     assert (created["approvalsRequired"], created["policyRule"]) == (3, "gpu-hosts")
     assert steps[1].detail["approvedBy"] == key_id_of(alice)
+
+
+def test_the_simulation_says_a_rules_approval_defers_in_a_pool_needing_two(
+    make_token: Callable[..., str], set_policy: Callable[[Any], Any], admin_key: str
+) -> None:
+    # Given a two-approval pool where gpu-1 was deferred (its token requires approval)
+    token = make_token(requireApproval=True)
+    assert (
+        call(
+            "/api/compute/pools/update",
+            {"tenantId": "acme", "poolId": "gpu", "approvalsRequired": 2},
+            admin_key,
+        ).status
+        == 200
+    )
+    assert machine(token, "gpu-1").status == 202
+    # When a policy approving gpu-* hosts is simulated
+    simulated = call(
+        "/api/compute/pools/simulatePolicy",
+        {"tenantId": "acme", "poolId": "gpu", "joinPolicy": [GPU_HOSTS]},
+        admin_key,
+    )
+    # Then the join would still wait for a person, the rule's approval being one of two
+    assert simulated.status == 200, simulated.body
+    [item] = simulated.body["items"]
+    assert (item["decision"], item["rule"]) == ("defer", "gpu-hosts")
+    # And once switched on, the rule does what the simulation said
+    assert set_policy([GPU_HOSTS]).status == 200
+    assert machine(token, "gpu-2").status == 202
