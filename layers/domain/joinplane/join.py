@@ -19,8 +19,8 @@ certificate is one kms:Sign):
 - + `discovery: defer-unknown`: + one BatchGetItem; + a TPM policy with an EK: + one GetItem
 - retry while pending: GetItem(token) + GetItem(identity) + GetItem(request) (+ the proof mark)
 - retry after approval: GetItem(token) + GetItem(identity) + GetItem(request) + TransactWriteItems
-- re-join: GetItem(token) + GetItem(identity) + GetItem(machine) + TransactWriteItems
-- expired or used-up token: the same reads, then as a retry or re-join
+- re-join: GetItem(token) + GetItem(identity) + GetItem(machine) + TransactWriteItems (an expired or
+  used-up token: the same reads, then as a retry or re-join)
 """
 
 from __future__ import annotations
@@ -71,9 +71,7 @@ if TYPE_CHECKING:
 
 Response = tuple[int, "join_views.JoinMachineResponse"]
 
-# A transaction DynamoDB cancelled for no condition of its own: the same item (most often the join
-# token, which every join through it updates) in other transactions past the retries. Nothing was
-# written; a second later the crowd has moved on (docs/fleet.md).
+# A transaction cancelled only by other joins on the same token or pool item: retry (docs/fleet.md).
 NOT_RECORDED = "the join could not be recorded, retry"
 
 
