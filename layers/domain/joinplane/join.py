@@ -9,8 +9,7 @@ a join that presents a TPM is joinplane.tpm_join, loaded only then.
 - The key's record is read first (one GetItem): a key with a history goes straight to its retry,
   re-join or consumption, without signing a certificate or writing. A key without one is admitted
   or deferred by the transaction that also creates its record; if a concurrent join created it
-  since the read, the transaction hands it back (`IdentityTaken`) and the join continues as a
-  retry or re-join.
+  since the read, the transaction hands it back (`IdentityTaken`) and the join goes on from it.
 
 DynamoDB calls per path, warm container (docs/join.md has the table; a cold container adds one
 GetItem for the pool, one GetItem for the pool's CA pointer and one BatchGetItem for its CAs; every
