@@ -113,6 +113,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            args.approvals_required,
             policy,
         )
     if args.action == "update":
@@ -125,6 +126,7 @@ def _pools(args: argparse.Namespace) -> Exit:
             args.certificate_ttl,
             args.ca_propagation,
             bootstrap,
+            args.approvals_required,
             policy,
         )
     if args.action == "get":
@@ -298,7 +300,10 @@ def pools_command(p: Parents) -> None:
     actions = pools.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (
         ("create", "create a pool"),
-        ("update", "change a pool's name, workspace, lifetimes, bootstrap or join policy"),
+        (
+            "update",
+            "change a pool's name, workspace, lifetimes, bootstrap, join policy or approvals required",
+        ),
     ):
         change = actions.add_parser(name, parents=[server, operator], help=text)
         shared_options.pool_id_argument(change)
@@ -328,6 +333,13 @@ def pools_command(p: Parents) -> None:
             type=options.whole_seconds,
             metavar="DURATION",
             help="how long a rotated CA is in the bundle before it signs, 5m to 30d (server default 1d)",
+        )
+        change.add_argument(
+            "--approvals-required",
+            type=int,
+            choices=(1, 2, 3),
+            metavar="N",
+            help="how many different API keys must approve a join request, 1 to 3 (server default 1)",
         )
         change.add_argument(
             "--controlplane-url",

@@ -31,6 +31,7 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ("join requests wait", _duration(item.get("joinRequestTtlSeconds"))),
         ("certificates last", _duration(item.get("certificateTtlSeconds"))),
         ("new CAs sign after", _duration(item.get("caPropagationSeconds"))),
+        ("approvals required", item.get("approvalsRequired")),
         ("created", f"{item.get('createdAt')} ({render.since(item.get('createdAt'), now)})"),
         ("archived", item.get("archivedAt")),
         ("bootstrap", item.get("bootstrap") or None),
@@ -88,6 +89,7 @@ def pools_create(
     certificate_ttl: int | None,
     ca_propagation: int | None = None,
     bootstrap: Bootstrap | None = None,
+    approvals_required: int | None = None,
     policy: list[Any] | None = None,
 ) -> Exit:
     body: dict[str, Any] = {
@@ -102,6 +104,8 @@ def pools_create(
         body["certificateTtlSeconds"] = certificate_ttl
     if ca_propagation is not None:
         body["caPropagationSeconds"] = ca_propagation
+    if approvals_required is not None:
+        body["approvalsRequired"] = approvals_required
     if bootstrap is not None:
         body["bootstrap"] = bootstrap.fields
     if policy:
@@ -165,6 +169,7 @@ def pools_update(
     certificate_ttl: int | None,
     ca_propagation: int | None = None,
     bootstrap: Bootstrap | None = None,
+    approvals_required: int | None = None,
     policy: list[Any] | None = None,
 ) -> Exit:
     changes: dict[str, Any] = {
@@ -175,6 +180,7 @@ def pools_update(
             ("joinRequestTtlSeconds", request_ttl),
             ("certificateTtlSeconds", certificate_ttl),
             ("caPropagationSeconds", ca_propagation),
+            ("approvalsRequired", approvals_required),
         )
         if value is not None
     }
@@ -191,7 +197,7 @@ def pools_update(
     if not changes:
         raise CliError(
             "nothing to change: give --name, --workspace, --join-request-ttl, --certificate-ttl, "
-            "--ca-propagation, --controlplane-url, --bootstrap or --policy",
+            "--ca-propagation, --approvals-required, --controlplane-url, --bootstrap or --policy",
             Exit.USAGE,
         )
     item, now = op.call("pools/update", {"poolId": pool, **changes})

@@ -58,11 +58,25 @@ def requests_table(
         ("asked", lambda r: render.since(r.get("createdAt"), now)),
         ("expires", lambda r: render.expiry(r.get("state"), r.get("expiresAt"), now)),
     ]
+    if any(approvals_line(r) for r in items):
+        columns.append(("approvals", approvals_line))
     if any(r.get("reason") for r in items):
         columns.append(("reason", lambda r: r.get("reason")))
     where = "" if state == "all" else f"{state} "
     scope = f"for pool {pool}" if pool else "in the pools this key can see"
     return op.listing(items, next_cursor, "requests", columns, f"No {where}join requests {scope}.")
+
+
+def approvals_line(item: dict[str, Any]) -> str | None:
+    """ "1 of 2 approvals (by key_...)": where a request stands when its pool needs more than one
+    approval (None when it needs one and has at most one: nothing to say beyond its state)."""
+    approvals = [admin.as_object(a) for a in admin.as_list(item.get("approvals"))]
+    required = admin.as_number(item.get("approvalsRequired"))
+    if len(approvals) <= 1 and (required is None or required <= 1):
+        return None
+    count = f"{len(approvals)} of {required:g}" if required is not None else str(len(approvals))
+    by = ", ".join(str(a.get("by")) for a in approvals)
+    return f"{count} approvals" + (f" (by {by})" if by else "")
 
 
 def _request_line(r: dict[str, Any]) -> str:
@@ -153,6 +167,7 @@ def _request_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
         ),
         ("host", machine.get("hostname")),
         ("resources", admin.machine_line(machine)),
+        ("approvals", approvals_line(item)),
         ("reason", item.get("reason")),
         ("expires", admin.expiry(item.get("state"), item.get("expiresAt"), now)),
     ]
@@ -188,7 +203,13 @@ def _decide(
     if ttl is not None:
         body["ttlSeconds"] = ttl
     item, now = op.call(f"joinRequests/{verb}", body)
-    if verb == "approve":
+    if verb == "approve" and item.get("state") == "pending":
+        # One approval of several: the machine still waits, and the operator should know for what.
+        headline = (
+            f"Recorded this key's approval of {request_id}: {approvals_line(item)}; "
+            "the machine waits for the rest."
+        )
+    elif verb == "approve":
         headline = (
             f"Approved {request_id}: the machine is admitted on its next retry "
             f"(the approval lapses {render.until(item.get('expiresAt'), now)})."

@@ -168,6 +168,7 @@ OPTION_OF = {
     "joinRequestTtlSeconds": "--join-request-ttl",
     "certificateTtlSeconds": "--certificate-ttl",
     "caPropagationSeconds": "--ca-propagation",
+    "approvalsRequired": "--approvals-required",
     "workspaceId": "--workspace",
     "name": "--name",
     "siteId": "--site",

@@ -1,7 +1,8 @@
 """Telling join requests apart in the console: each row names its request and token, a request has a
-page of its own with everything it carries and every attestor's verdict, several are decided at
-once, the audit trail speaks in hostnames and key descriptions, and no view breaks a word in two
-when it is full of real, long data (at 390, 1280 and 1920 pixels wide)."""
+page of its own with everything it carries and every attestor's verdict (and, in a pool needing two
+approvals, who approved so far), several are decided at once, the audit trail speaks in hostnames
+and key descriptions, and no view breaks a word in two when it is full of real, long data (at 390,
+1280 and 1920 pixels wide)."""
 
 from __future__ import annotations
 
@@ -290,3 +291,34 @@ def test_every_view_full_of_long_real_data_breaks_no_word(
             if not no_horizontal_scroll(page):
                 scrolls.append(f"{view}@{size['width']}")
     assert broken == {} and scrolls == []
+
+
+def test_a_two_approval_pools_request_shows_who_approved_until_the_second_key_does(
+    chromium: Any, http: Http, pages: list[Watched], tmp_path: Path
+) -> None:
+    # Given a pool that needs two approvals, a machine waiting in it, and one operator's approval
+    pool = new_pool(http, "vault-rack-frankfurt")
+    status, body = http.post(
+        "/api/compute/pools/update", {"tenantId": "dev", "poolId": pool, "approvalsRequired": 2}, http.admin
+    )
+    assert status == 200, body
+    host = "vault-node-01.fra2.compute.example.internal"
+    request_id = pending_request(http, pool, tmp_path, host)
+    day = operator_key(http, "day-shift operator, Frankfurt hall B")
+    night = operator_key(http, "night-shift operator, Frankfurt hall B")
+    approve(http, day["key"], request_id, "serial on the delivery note")
+    # When the second operator opens the request's page
+    page = console(chromium, f"{http.runtime.url}/console#/requests/{request_id}", pages)
+    sign_in(page, night["key"])
+    page.get_by_role("heading", level=1, name=host).wait_for()
+    # Then it says one approval of two, by the first operator's key
+    page.get_by_text("1 of 2 approvals, by day-shift operator, Frankfurt hall B").wait_for()
+    assert request_of(http, request_id)["state"] == "pending"
+    # When they approve it there, Then it is approved, by both
+    page.get_by_role("button", name=f"Approve {host}").click()
+    page.get_by_role("dialog").get_by_role("button", name="Approve").click()
+    page.get_by_text(f"Approved {host} into {pool}.").wait_for()
+    approved = request_of(http, request_id)
+    assert approved["state"] == "approved"
+    assert [a["by"] for a in approved["approvals"]] == [day["keyId"], night["keyId"]]
+    page.get_by_text("2 of 2 approvals, by day-shift operator").wait_for()

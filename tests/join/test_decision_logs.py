@@ -101,7 +101,8 @@ def test_a_deferral_its_approval_and_the_admission_each_log_a_decision(
     )
     assert approved.status == 200
     out = capsys.readouterr().out
-    # Then the approval names the request, the pool and the key that decided, on its route
+    # Then the approval names the request, the pool, the key that decided and the approvals counted,
+    # on its route
     [line] = decisions(out)
     assert without_time(line) | {"correlationId": "?"} == {
         "level": "INFO",
@@ -115,6 +116,8 @@ def test_a_deferral_its_approval_and_the_admission_each_log_a_decision(
         "tenantId": "acme",
         "poolId": "gpu",
         "requestId": request_id,
+        "approvals": 1,
+        "approvalsRequired": 1,
     }
     assert line["correlationId"]  # API Gateway's request id, whatever it is
     assert counted(out) == [("RequestDecisions", "approved", 1.0)]

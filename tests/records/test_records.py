@@ -99,6 +99,11 @@ REQUEST_ITEM: dict[str, Any] = {
     "tokenDescription": "rack 12 batch",
     "sourceIp": "203.0.113.7",
     "verdicts": [{"attestor": "token", "verdict": "defer"}, {"attestor": "tpm", "verdict": "admit"}],
+    "approvals": {
+        "key_b": {"at": "2026-11-30T10:01:00Z", "reason": "serials checked", "seq": 1},
+        "key_a": {"at": "2026-11-30T10:01:00Z", "seq": 2},
+    },
+    "approvalsRequired": 3,
     "ttl": 1_767_312_000 + 30 * 86_400,
 }
 
@@ -151,6 +156,7 @@ POOL_ITEM: dict[str, Any] = {
     "joinRequestTtlSeconds": 3600,
     "certificateTtlSeconds": 86_400,
     "caPropagationSeconds": 86_400,
+    "approvalsRequired": 2,
     "cluster": {"requiredNodeVersion": "0.9.1"},
     "joinPolicy": [
         {"name": "gpu", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve", "reason": ""},
@@ -286,3 +292,10 @@ def test_a_stored_item_without_a_required_attribute_is_refused() -> None:
     lacking = {k: v for k, v in MACHINE_ITEM.items() if k != "machineTokenSha256"}
     with pytest.raises(KeyError, match="machineTokenSha256"):
         MachineRecord.from_item(lacking)
+
+
+def test_a_requests_approvals_read_in_the_order_they_were_given_within_one_second() -> None:
+    # Given a request two keys approved in the same second, the second key's id sorting first
+    # When it is read, Then its approvals are in the order they were recorded (their `seq`)
+    approvals = JoinRequestRecord.from_item(REQUEST_ITEM).approvals
+    assert [(a.by, a.seq) for a in approvals] == [("key_b", 1), ("key_a", 2)]

@@ -70,9 +70,18 @@ def machine_transitions() -> list[tuple[str, dict | None, dict]]:
         "decidedBy": "key_1",
         "reason": "ok",
         "poolId": "gpu",
+        "approvals": {"key_1": {"at": "2026-11-30T10:05:00Z", "reason": "ok"}},
+        "approvalsRequired": 1,
+    }
+    # One of two approvals: the request stays pending.
+    half_approved = {
+        **REQUEST,
+        "approvals": {"key_2": {"at": "2026-11-30T10:04:00Z"}},
+        "approvalsRequired": 2,
     }
     return [
         ("security.join-request.created", None, REQUEST),
+        ("security.join-request.approval-recorded", REQUEST, half_approved),
         ("security.join-request.approved", REQUEST, approved),
         ("security.join-request.rejected", approved, {**approved, "state": "rejected"}),
         (

@@ -163,6 +163,7 @@ _POOL_SETTINGS: dict[str, PoolSetting] = {
     "certificate_ttl_seconds": "certificateTtlSeconds",
     "ca_propagation_seconds": "caPropagationSeconds",
     "cluster": "cluster",
+    "approvals_required": "approvalsRequired",
     "join_policy": "joinPolicy",
 }
 

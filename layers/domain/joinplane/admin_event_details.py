@@ -139,6 +139,7 @@ PoolSetting = Literal[
     "certificateTtlSeconds",
     "caPropagationSeconds",
     "cluster",
+    "approvalsRequired",
     "joinPolicy",
 ]
 

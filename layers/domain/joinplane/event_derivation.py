@@ -45,7 +45,9 @@ if TYPE_CHECKING:
         TpmKeyRemovedDetail,
     )
     from joinplane.event_details import (
+        Approver,
         ClusterNodeJoinedDetail,
+        JoinRequestApprovalRecordedDetail,
         JoinRequestApprovedDetail,
         JoinRequestConsumedDetail,
         JoinRequestCreatedDetail,
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     # Every event's detail: a detail built and not listed here is a type error.
     Detail = (
         JoinRequestCreatedDetail
+        | JoinRequestApprovalRecordedDetail
         | JoinRequestApprovedDetail
         | JoinRequestRejectedDetail
         | JoinRequestConsumedDetail
@@ -151,8 +154,34 @@ def _of_request(eid: str, occurred_at: str, image: RequestImage | MachineImage) 
 # --- what joins and machines do -------------------------------------------------------------------
 
 
+def _approvers(image: RequestImage) -> list[Approver]:
+    return [{"by": approval.by, "at": approval.at} for approval in image.approvals]
+
+
+def _approval_recorded(old: RequestImage, new: RequestImage) -> Event | None:
+    """A pending request that gained an approval and stays pending: one step of several approvals.
+    The approvals never shrink, so the new one is the one the old image lacks."""
+    known = {approval.by for approval in old.approvals}
+    added = [approval for approval in new.approvals if approval.by not in known]
+    if not added:
+        return None
+    approval = added[-1]
+    detail_type = "security.join-request.approval-recorded"
+    recorded: JoinRequestApprovalRecordedDetail = {
+        **_of_request(event_id(detail_type, new.request_id, approval.by), approval.at, new),
+        "requestId": new.request_id,
+        "state": "pending",
+        "approvedBy": approval.by,
+        "approvals": _approvers(new),
+        "approvalsRequired": held(new.approvals_required),
+    }
+    return Event(detail_type, recorded)
+
+
 def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
     state = new.state
+    if old is not None and old.state == state == "pending":
+        return _approval_recorded(old, new)
     if old is not None and old.state == state:
         return None  # not a transition (e.g. a retry touched nothing of note)
     detail_type = f"security.join-request.{'created' if state == 'pending' else state}"
@@ -179,6 +208,9 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
         }
         if new.policy_rule:
             created["policyRule"] = new.policy_rule
+        if new.approvals:
+            created["approvals"] = _approvers(new)
+            created["approvalsRequired"] = held(new.approvals_required)
         return Event(detail_type, created)
     if state == "approved":
         approved: JoinRequestApprovedDetail = {
@@ -192,6 +224,7 @@ def _request_event(old: RequestImage | None, new: RequestImage) -> Event | None:
             "state": "approved",
             "decidedBy": new.decided_by,
             "expiresAt": held(new.expires_at),
+            "approvals": _approvers(new),
         }
         if new.reason:
             approved["reason"] = new.reason

@@ -79,7 +79,10 @@ class PoolScoped(Header):
 # --- join requests -------------------------------------------------------------------------------
 
 _POLICY_RULE_DEFERRED = Field(
-    description="The rule of the pool's join policy (docs/policy.md) that deferred the join, if one did."
+    description=(
+        "The rule of the pool's join policy (docs/policy.md) that deferred the join, or approved it as "
+        "one of the several approvals its pool requires (then the first of `approvals`), if one did."
+    )
 )
 _POLICY_RULE_APPROVED = Field(
     description=(
@@ -99,6 +102,17 @@ class AttestorVote(TypedDict):
 
 
 @with_config(DETAIL)
+class Approver(TypedDict):
+    """One approval of a join request: by an API key, or by a join policy's rule."""
+
+    by: Annotated[str, Field(description="the approving API key's id, or `policy:<rule name>`")]
+    at: Timestamp
+
+
+ApprovalCount = Annotated[int, Field(ge=1, le=3)]
+
+
+@with_config(DETAIL)
 class JoinRequestCreatedDetail(RequestScoped):
     """a join was deferred: its request waits for an operator's decision."""
 
@@ -108,18 +122,36 @@ class JoinRequestCreatedDetail(RequestScoped):
     expiresAt: str
     reasons: Sequence[AttestorVote]
     policyRule: NotRequired[Annotated[str, _POLICY_RULE_DEFERRED]]
+    # A policy rule's approval in a pool that requires more than one: the request starts with it.
+    approvals: NotRequired[Sequence[Approver]]
+    approvalsRequired: NotRequired[ApprovalCount]
+
+
+@with_config(DETAIL)
+class JoinRequestApprovalRecordedDetail(RequestScoped):
+    """one approval of a join request whose pool requires more than one: recorded, and the request
+    still pending (`approvals` so far, of `approvalsRequired`). Not an approval of the join: the
+    machine is admitted only after `security.join-request.approved`."""
+
+    requestId: str
+    state: Literal["pending"]
+    approvedBy: Annotated[str, Field(description="the approval this event records (see `Approver.by`)")]
+    approvals: Sequence[Approver]
+    approvalsRequired: ApprovalCount
 
 
 @with_config(DETAIL)
 class JoinRequestApprovedDetail(RequestScoped):
     """an operator approved a join request: the machine's retry with the same CSR is admitted once,
-    before `expiresAt`."""
+    before `expiresAt`. `decidedBy` gave the last approval the pool required; `approvals` lists
+    every approval, that one included."""
 
     requestId: str
     state: Literal["approved"]
     decidedBy: Decider
     expiresAt: str
     reason: NotRequired[str]
+    approvals: Sequence[Approver]
 
 
 @with_config(DETAIL)

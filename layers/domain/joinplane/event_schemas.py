@@ -29,6 +29,7 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # Every detail-type the publisher makes, and its detail: one schema each in shared/events.
 DETAILS: dict[str, type] = {
     "security.join-request.created": details.JoinRequestCreatedDetail,
+    "security.join-request.approval-recorded": details.JoinRequestApprovalRecordedDetail,
     "security.join-request.approved": details.JoinRequestApprovedDetail,
     "security.join-request.rejected": details.JoinRequestRejectedDetail,
     "security.join-request.consumed": details.JoinRequestConsumedDetail,

@@ -9,8 +9,7 @@ a join that presents a TPM is joinplane.tpm_join, loaded only then.
 - The key's record is read first (one GetItem): a key with a history goes straight to its retry,
   re-join or consumption, without signing a certificate or writing. A key without one is admitted
   or deferred by the transaction that also creates its record; if a concurrent join created it
-  since the read, the transaction hands it back (`IdentityTaken`) and the join continues as a
-  retry or re-join.
+  since the read, the transaction hands it back (`IdentityTaken`) and the join goes on from it.
 
 DynamoDB calls per path, warm container (docs/join.md has the table; a cold container adds one
 GetItem for the pool, one GetItem for the pool's CA pointer and one BatchGetItem for its CAs; every
@@ -19,8 +18,8 @@ certificate is one kms:Sign):
 - + `discovery: defer-unknown`: + one BatchGetItem; + a TPM policy with an EK: + one GetItem
 - retry while pending: GetItem(token) + GetItem(identity) + GetItem(request) (+ the proof mark)
 - retry after approval: GetItem(token) + GetItem(identity) + GetItem(request) + TransactWriteItems
-- re-join: GetItem(token) + GetItem(identity) + GetItem(machine) + TransactWriteItems
-- expired or used-up token: the same reads, then as a retry or re-join
+- re-join: GetItem(token) + GetItem(identity) + GetItem(machine) + TransactWriteItems (an expired or
+  used-up token: the same reads, then as a retry or re-join)
 """
 
 from __future__ import annotations
@@ -71,9 +70,7 @@ if TYPE_CHECKING:
 
 Response = tuple[int, "join_views.JoinMachineResponse"]
 
-# A transaction DynamoDB cancelled for no condition of its own: the same item (most often the join
-# token, which every join through it updates) in other transactions past the retries. Nothing was
-# written; a second later the crowd has moved on (docs/fleet.md).
+# A transaction cancelled only by other joins on the same token or pool item: retry (docs/fleet.md).
 NOT_RECORDED = "the join could not be recorded, retry"
 
 
@@ -247,6 +244,7 @@ def _new_request(
         expires_at=clock.rfc3339(expires),
         expires_at_epoch=clock.seconds(expires),
         policy_rule=(why.rule if isinstance(why, AdmitByPolicy) else why.policy_rule) or None,
+        **join_decide.first_approval(why, clock.rfc3339(now), pool),
     )
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from joinplane import attestors, errors
 from joinplane.attestors import Vote
 from joinplane.dal.machines import IdentityRecord, MachineRecord, TpmFactsRecord
 from joinplane.dal.pools import PoolRecord
-from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.requests import ApprovalRecord, JoinRequestRecord
 from joinplane.dal.tokens import JoinTokenRecord
 from joinplane.errors import (
     Aborted,
@@ -85,12 +85,21 @@ class Admit(NamedTuple):
     """A fresh join is admitted: a new machine."""
 
 
+class PolicyApproval(NamedTuple):
+    """A policy rule's approval of a deferral, counted as one of the approvals its pool requires."""
+
+    by: str  # `policy:<rule name>` (policy_approver)
+    reason: str
+
+
 class Defer(NamedTuple):
     """A fresh join waits for an operator: a new join request holding every vote's reason (and the
-    rule of the pool's policy that deferred it, if one did)."""
+    rule of the pool's policy that deferred it, or approved it as one of several approvals the pool
+    requires, if one did)."""
 
     votes: tuple[Vote, ...]
     policy_rule: str = ""
+    policy_approval: PolicyApproval | None = None
 
 
 class Rejoin(NamedTuple):
@@ -227,7 +236,9 @@ Deferral = Defer | AdmitByPolicy
 POLICY = "policy"
 
 
-def apply_policy(decided: Admit | Defer, outcome: PolicyOutcomeLike | None) -> Decided | Refuse:
+def apply_policy(
+    decided: Admit | Defer, outcome: PolicyOutcomeLike | None, approvals_required: int = 1
+) -> Decided | Refuse:
     """The pool's join policy over the attestors' outcome of a fresh join (docs/policy.md): no
     rule matched, the outcome stands; `deny` refuses; `defer` makes a person decide even what the
     attestors admitted; `approve` turns a deferral into an admission (`approve_deferral`). An
@@ -244,15 +255,41 @@ def apply_policy(decided: Admit | Defer, outcome: PolicyOutcomeLike | None) -> D
             )
         )
     if outcome.decision == "approve":
-        return approve_deferral(decided, outcome) if isinstance(decided, Defer) else decided
+        return (
+            approve_deferral(decided, outcome, approvals_required) if isinstance(decided, Defer) else decided
+        )
     earlier = decided.votes if isinstance(decided, Defer) else ()
     return Defer((*earlier, policy_vote(outcome)), policy_rule=outcome.rule)
 
 
-def approve_deferral(deferred: Defer, outcome: PolicyOutcomeLike) -> AdmitByPolicy | Defer:
-    """Where a policy's approval is applied: it is one approval, which admits today's pools (one
-    approval required) at once. A pool that requires more would count it as one of them here."""
-    return AdmitByPolicy(outcome.rule, outcome.reason, deferred.votes)
+def approve_deferral(
+    deferred: Defer, outcome: PolicyOutcomeLike, approvals_required: int = 1
+) -> AdmitByPolicy | Defer:
+    """Where a policy's approval is applied: it is one approval, never all of them. A pool that
+    requires one admits at once; one that requires more keeps the request pending with the rule's
+    approval recorded (`policy:<rule>`), for distinct keys to complete (docs/queue.md, "Two
+    approvals")."""
+    if approvals_required <= 1:
+        return AdmitByPolicy(outcome.rule, outcome.reason, deferred.votes)
+    return deferred._replace(
+        policy_rule=outcome.rule,
+        policy_approval=PolicyApproval(policy_approver(outcome.rule), outcome.reason),
+    )
+
+
+def first_approval(why: Defer | AdmitByPolicy, at: str, pool: PoolRecord | None) -> dict[str, Any]:
+    """A deferral's request's approvals to start with (fields of JoinRequestRecord): the policy
+    rule's, when the pool requires more than one approval and the rule gave it; else none."""
+    given = why.policy_approval if isinstance(why, Defer) else None
+    if given is None or pool is None:
+        return {}
+    approval = ApprovalRecord(given.by, at, given.reason or None, seq=1)
+    return {"approvals": (approval,), "approvals_required": pool.approvals_required}
+
+
+def policy_approver(rule: str) -> str:
+    """A rule's approval as a request's `approvals` name it, beside the API keys' ids."""
+    return f"{POLICY}:{rule}"
 
 
 def approved_by_policy(

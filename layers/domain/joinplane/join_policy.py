@@ -38,7 +38,7 @@ def decide(
             outcome = _outcome(attempt, current, votes, facts, tpm)
     if outcome is not None:
         observe.note(policyRule=outcome.rule, policyDecision=outcome.decision)
-    return join_decide.apply_policy(decided, outcome)
+    return join_decide.apply_policy(decided, outcome, pool.approvals_required)
 
 
 def _outcome(

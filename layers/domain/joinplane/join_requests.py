@@ -23,7 +23,7 @@ from joinplane import clock, deadline, errors, ids, observe, pools
 from joinplane.dal import pools as pools_db
 from joinplane.dal import requests as requests_db
 from joinplane.dal.pools import PoolRecord
-from joinplane.dal.requests import JoinRequestRecord
+from joinplane.dal.requests import ApprovalRecord, JoinRequestRecord
 from joinplane.errors import Aborted, InvalidArgument, InvalidState, NotFound, PermissionDenied
 from joinplane.grants import Principal
 from joinplane.wire import POOL_ID, STRICT, TENANT_ID
@@ -38,8 +38,9 @@ def state_now(request: JoinRequestRecord) -> views.JoinRequestState:
     return request.state_at(clock.now())
 
 
-def view(request: JoinRequestRecord) -> views.JoinRequest:
-    """A join request as every API returns it; `state` is the state as read now."""
+def view(request: JoinRequestRecord, pool_required: int | None) -> views.JoinRequest:
+    """A join request as every API returns it; `state` is the state as read now. `pool_required`:
+    the approvals its pool requires now (None: an unclaimed request read through no pool)."""
     # Imported here: the expiry job (RetentionFunction) never shows a request, and machines brings
     # its operator models.
     from joinplane import machines
@@ -71,7 +72,21 @@ def view(request: JoinRequestRecord) -> views.JoinRequest:
             {"attestor": v.attestor, "verdict": v.verdict}  # type: ignore[typeddict-item]
             for v in request.verdicts
         ],
+        "approvals": [{"by": a.by, "at": a.at, "reason": a.reason} for a in request.approvals],
+        "approvalsRequired": _required(request, pool_required),
     }
+
+
+def _required(request: JoinRequestRecord, pool_required: int | None) -> int | None:
+    """While pending, what the pool requires now (the next approval is judged against it); once
+    decided, what the last approval was judged against, as recorded with it."""
+    if state_now(request) == "pending" or request.approvals_required is None:
+        return pool_required
+    return request.approvals_required
+
+
+def _required_of(pool: PoolRecord | None) -> int | None:
+    return pool.approvals_required if pool is not None else None
 
 
 # --- the joinRequests API: the approval queue --------------------------------------------------
@@ -184,12 +199,16 @@ def _reach(
 def get(principal: Principal, request: GetJoinRequest) -> views.JoinRequest:
     """One request, by its id: through the named pool, or (no `poolId`) through its own pool or, while
     unclaimed, an active pool of its site that the key may read."""
-    return view(_reach(principal, request.tenantId, request.requestId, request.poolId, READ).request)
+    found, pool, _ = _reach(principal, request.tenantId, request.requestId, request.poolId, READ)
+    return view(found, _required_of(pool))
 
 
 def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequest:
-    """pending → approved, claiming a site request for this pool, in one conditional write. An
-    approval already made for this pool is returned unchanged (and publishes nothing)."""
+    """One approval by this key, claiming a site request for this pool, in one conditional write:
+    the request stays pending until as many distinct keys approved as the pool requires at the
+    moment of an approval, and the approval reaching that count approves it (docs/queue.md, "Two
+    approvals"). The same key again adds nothing and is answered with the request unchanged; so is
+    an approval already made for this pool. Either publishes nothing."""
     found, pool, through = _reach(principal, request.tenantId, request.requestId, request.poolId, DECIDE)
     if pool is None:
         # Approving claims a site's request for one pool: which one is the operator's choice, never
@@ -200,48 +219,60 @@ def approve(principal: Principal, request: ApproveJoinRequest) -> views.JoinRequ
             f"approving claims it for a pool, so name one: {', '.join(names)}",
             [{"field": "poolId", "reason": "required to approve a site's unclaimed request", "pools": names}],
         )
-    state = state_now(found)
-    if state == "approved" and found.pool_id == pool.pool_id:
-        return view(found)
-    if state != "pending":
-        raise InvalidState(
-            f"join request is {state}; only a pending request can be approved",
-            reason=errors.JOIN_REQUEST_NOT_PENDING,
+    approver = principal.key_id
+    # Each lost write means another approval, a rejection or an expiry landed; a request takes at
+    # most MAX_APPROVALS approvals before it is decided, so a few attempts always suffice.
+    changing = Aborted("the join request kept changing while being approved; retry")
+    for _ in deadline.attempts(2 + pools.MAX_APPROVALS, exhausted=changing):
+        state = state_now(found)
+        if state == "approved" and found.pool_id == pool.pool_id:
+            return view(found, pool.approvals_required)
+        if found.pool_id not in (None, pool.pool_id):
+            raise NotFound("join request not found")  # claimed by another pool meanwhile
+        if state != "pending":
+            raise InvalidState(
+                f"join request is {state}; only a pending request can be approved",
+                reason=errors.JOIN_REQUEST_NOT_PENDING,
+            )
+        if not pool.active:
+            raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
+        mine = next((a for a in found.approvals if a.by == approver), None)
+        count = len(found.approvals) + (0 if mine else 1)
+        completes = count >= pool.approvals_required
+        if mine is not None and not completes:
+            return view(found, pool.approvals_required)  # this key approved already: still one approval
+        now = clock.now()
+        try:
+            written = requests_db.approve(
+                found,
+                pool_id=pool.pool_id,
+                approval=mine or ApprovalRecord(approver, clock.rfc3339(now), request.reason),
+                new=mine is None,
+                approvals_required=pool.approvals_required,
+                completes=completes,
+                expires_at=now + timedelta(seconds=request.ttlSeconds),
+                now=now,
+            )
+        except requests_db.RequestLost as lost:
+            if lost.current is None:
+                raise InvalidState(
+                    "join request is expired; only a pending request can be approved",
+                    reason=errors.JOIN_REQUEST_NOT_PENDING,
+                ) from None
+            found = lost.current  # decide again on what is there now
+            continue
+        observe.decision(
+            "join request approved" if completes else "join request approval recorded",
+            "RequestDecisions",
+            "approved" if completes else "approval-recorded",
+            tenantId=pool.tenant_id,
+            poolId=pool.pool_id,
+            requestId=request.requestId,
+            approvals=len(written.approvals),
+            approvalsRequired=pool.approvals_required,
         )
-    if not pool.active:
-        raise InvalidState("pool is archived", reason=errors.POOL_ARCHIVED)
-    now = clock.now()
-    try:
-        written = requests_db.approve(
-            request.requestId,
-            tenant_id=pool.tenant_id,
-            site_id=pool.site_id,
-            pool_id=pool.pool_id,
-            expires_at=now + timedelta(seconds=request.ttlSeconds),
-            decided_by=principal.key_id,
-            reason=request.reason,
-            now=now,
-        )
-    except requests_db.RequestLost as lost:
-        current = lost.current
-        if current is not None and state_now(current) == "approved" and current.pool_id == pool.pool_id:
-            return view(current)  # a concurrent approval for this pool won: report what it wrote
-        if current is not None and current.pool_id not in (None, pool.pool_id):
-            raise NotFound("join request not found") from None
-        state = state_now(current) if current else "expired"
-        raise InvalidState(
-            f"join request is {state}; only a pending request can be approved",
-            reason=errors.JOIN_REQUEST_NOT_PENDING,
-        ) from None
-    observe.decision(
-        "join request approved",
-        "RequestDecisions",
-        "approved",
-        tenantId=pool.tenant_id,
-        poolId=pool.pool_id,
-        requestId=request.requestId,
-    )
-    return view(written)
+        return view(written, pool.approvals_required)
+    raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
 def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinRequest:
@@ -252,7 +283,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
         found, pool, _ = _reach(principal, request.tenantId, request.requestId, request.poolId, DECIDE)
         state = state_now(found)
         if state == "rejected":
-            return view(found)
+            return view(found, _required_of(pool))
         if state not in ("pending", "approved"):
             raise InvalidState(
                 f"join request is {state}; it can no longer be rejected",
@@ -275,7 +306,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
             if pool is not None and current is not None and current.pool_id not in (None, pool.pool_id):
                 raise NotFound("join request not found") from None  # claimed by another pool meanwhile
             if current is not None and current.state == "rejected":
-                return view(current)
+                return view(current, _required_of(pool))
             if current is not None and current.pool_id != found.pool_id:
                 continue  # this pool claimed it meanwhile: decide again
             state = state_now(current) if current else "expired"
@@ -292,7 +323,7 @@ def reject(principal: Principal, request: DecideJoinRequest) -> views.JoinReques
             siteId=written.site_id,
             requestId=request.requestId,
         )
-        return view(written)
+        return view(written, _required_of(pool))
     raise AssertionError("unreachable: attempts() raises when exhausted")
 
 
@@ -343,6 +374,9 @@ class Owners(NamedTuple):
     tenant_id: str
     owners: list[Owner]
     tenant_pools: int | None  # None: a listing through one pool
+    # The approvals each pool requires, by poolId; under None, the named pool's, which its site's
+    # unclaimed requests would need from it (none across pools: the pool that claims one decides).
+    required: dict[str | None, int]
 
 
 def _owners(principal: Principal, request: ListJoinRequests) -> Owners:
@@ -353,7 +387,12 @@ def _owners(principal: Principal, request: ListJoinRequests) -> Owners:
         owners: list[Owner] = [(pool.site_id, pool.pool_id)]
         if _acts_for_site(pool):
             owners.append((pool.site_id, None))
-        return Owners(pool.tenant_id, owners, None)
+        return Owners(
+            pool.tenant_id,
+            owners,
+            None,
+            {pool.pool_id: pool.approvals_required, None: pool.approvals_required},
+        )
     principal.check_tenant(request.tenantId)
     every = _tenant_pools(request.tenantId)
     readable = [p for p in every if principal.can(READ, pools.resource_of(p))]
@@ -362,6 +401,7 @@ def _owners(principal: Principal, request: ListJoinRequests) -> Owners:
         request.tenantId,
         [(p.site_id, p.pool_id) for p in readable] + [(site, None) for site in sites],
         len(every),
+        {p.pool_id: p.approvals_required for p in readable},
     )
 
 
@@ -469,7 +509,7 @@ def list_requests(principal: Principal, request: ListJoinRequests) -> views.Join
         examined = _from_partitions(request, listed, MAX_ROUNDS)
     matching = examined.matching
     shown = matching[: request.limit]
-    result: views.JoinRequestList = {"requests": [view(r) for r in shown]}
+    result: views.JoinRequestList = {"requests": [view(r, listed.required.get(r.pool_id)) for r in shown]}
     if len(matching) > request.limit:
         result["nextCursor"] = shown[-1].request_id
     elif examined.cursor:

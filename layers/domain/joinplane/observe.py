@@ -44,7 +44,7 @@ SECRET_CHARS = 32  # joinplane.credentials.SECRET_CHARS (not imported: it loads 
 METRICS: dict[str, str] = {
     "Joins": "Count",  # admitted | deferred | denied | refused
     "Renewals": "Count",  # renewed (same key) | rotated (onto a new key) | refused
-    "RequestDecisions": "Count",  # approved | rejected | consumed | expired
+    "RequestDecisions": "Count",  # approval-recorded | approved | rejected | consumed | expired
     "Revocations": "Count",  # revoked
     "ClusterJoins": "Count",  # joined | refused
     "AuthorizerRefusals": "Count",  # the refusal's reason code

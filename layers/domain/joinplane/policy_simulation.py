@@ -139,7 +139,7 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
         if time.monotonic() - started > BUDGET_SECONDS or deadline.remaining() < deadline.DEFAULT_RESERVE:
             complete = False
             break
-        items.append(_simulated(compiled, stored, tokens, inventory, now))
+        items.append(_simulated(compiled, stored, tokens, inventory, now, pool.approvals_required))
     return {
         "tenantId": pool.tenant_id,
         "poolId": pool.pool_id,
@@ -207,9 +207,12 @@ def _outcome(
     return policy.evaluate(compiled, activation)
 
 
-def _decision(stood: Decision, stored: Stored, outcome: policy.PolicyOutcome | None) -> Decision:
+def _decision(
+    stood: Decision, stored: Stored, outcome: policy.PolicyOutcome | None, approvals_required: int = 1
+) -> Decision:
     """What the join decides from the attestors' outcome and the policy's, by the join's own rule
-    (`join_decide.apply_policy`). An attestor's deny never reaches the policy."""
+    (`join_decide.apply_policy`). An attestor's deny never reaches the policy; a rule's approval
+    admits only in a pool that requires one approval (else the request waits for keys)."""
     if stood == "deny":
         return "deny"
     votes = tuple(
@@ -218,7 +221,7 @@ def _decision(stood: Decision, stored: Stored, outcome: policy.PolicyOutcome | N
         if r.attestor != join_decide.POLICY
     )
     fresh: Admit | Defer = Admit() if stood == "admit" else Defer(votes)
-    match join_decide.apply_policy(fresh, outcome):
+    match join_decide.apply_policy(fresh, outcome, approvals_required):
         case Admit() | AdmitByPolicy():
             return "admit"
         case Defer():
@@ -232,6 +235,7 @@ def _simulated(
     tokens: dict[str, JoinTokenRecord],
     inventory: bool,
     now: datetime,
+    approvals_required: int = 1,
 ) -> policy_views.SimulatedJoin:
     request, machine = stored.request, stored.machine
     stood = attestors_outcome(stored)
@@ -239,7 +243,7 @@ def _simulated(
     # A site token's join had no pool when it was made: no pool's policy applied to it.
     site_token = _site_token(request) or (token is not None and token.pool_id is None)
     outcome = None if site_token else _outcome(compiled, stored, token, inventory)
-    decision = _decision(stood, stored, outcome)
+    decision = _decision(stood, stored, outcome, approvals_required)
     actual = _actual(stored)
     if request is not None:
         state: str = request.state_at(now)

@@ -40,6 +40,8 @@ MAX_CERTIFICATE_TTL = 30 * 86_400
 # still sees the new CA before its first certificate; at most the longest certificate's life.
 MIN_CA_PROPAGATION = 300
 MAX_CA_PROPAGATION = 30 * 86_400
+# Distinct approvals a join request of the pool needs (docs/queue.md, "Two approvals").
+MAX_APPROVALS = 3
 
 _Text = Field(default=None, max_length=1024, pattern=TEXT)
 
@@ -117,6 +119,7 @@ class CreatePool(PoolRef):
         default=DEFAULT_CA_PROPAGATION, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION
     )
     cluster: ClusterSettings | None = None
+    approvalsRequired: int = Field(default=1, ge=1, le=MAX_APPROVALS)
     joinPolicy: JoinPolicy = Field(default_factory=list)
 
 
@@ -130,6 +133,7 @@ class UpdatePool(PoolRef):
     certificateTtlSeconds: int | None = Field(default=None, ge=300, le=MAX_CERTIFICATE_TTL)
     caPropagationSeconds: int | None = Field(default=None, ge=MIN_CA_PROPAGATION, le=MAX_CA_PROPAGATION)
     cluster: ClusterSettings | None = None
+    approvalsRequired: int | None = Field(default=None, ge=1, le=MAX_APPROVALS)
     joinPolicy: JoinPolicy | None = None  # []: the policy is removed
 
 
@@ -194,6 +198,7 @@ def view(pool: PoolRecord) -> views.Pool:
         "createdAt": pool.created_at,
         "updatedAt": pool.updated_at,
         "archivedAt": pool.archived_at,
+        "approvalsRequired": pool.approvals_required,
     }
 
 
@@ -303,6 +308,7 @@ def create(principal: Principal, request: CreatePool) -> views.Pool:
         certificate_ttl_seconds=request.certificateTtlSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         ca_propagation_seconds=request.caPropagationSeconds,
+        approvals_required=request.approvalsRequired,
         join_policy=join_policy,
         created_at=now,
         updated_at=now,
@@ -339,6 +345,7 @@ def update(principal: Principal, request: UpdatePool) -> views.Pool:
         ca_propagation_seconds=request.caPropagationSeconds,
         cluster=_stored_cluster(request.cluster) if request.cluster else None,
         remove_cluster="cluster" in given and request.cluster is None,
+        approvals_required=request.approvalsRequired,
         join_policy=_stored_policy(request.joinPolicy) if request.joinPolicy is not None else None,
     )
     try:

@@ -226,6 +226,9 @@ ROUTES: tuple[Route, ...] = (
         "Approve a join request",
         "Assigns it to the pool with a new expiry of `ttlSeconds`; the machine's retry with the "
         "same key consumes it. Approving again for this pool returns the approval unchanged. "
+        "In a pool whose `approvalsRequired` is more than 1, each distinct key's approval is "
+        "recorded in `approvals` and the request stays `pending` until the last one approves it; "
+        "the same key again changes nothing. "
         "`poolId` may be left out for a request a pool has already claimed (it is decided against "
         "that pool); a site's unclaimed request needs it, since approving claims it for that pool "
         "(`INVALID_ARGUMENT` on `poolId` otherwise, its detail listing the pools the key may choose).",

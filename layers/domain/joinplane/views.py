@@ -154,6 +154,7 @@ class Pool(TypedDict):
     createdAt: Timestamp
     updatedAt: Timestamp
     archivedAt: Timestamp | None
+    approvalsRequired: Annotated[int, Field(ge=1, le=3, description="distinct API keys a join request needs")]
 
 
 @with_config(VIEW)
@@ -343,6 +344,13 @@ class RequestedMachine(TypedDict):
 
 
 @with_config(VIEW)
+class Approval(TypedDict):
+    by: Annotated[str, Field(description="the approving API key's id, or `policy:<rule name>`")]
+    at: Timestamp
+    reason: str | None
+
+
+@with_config(VIEW)
 class JoinRequest(TypedDict):
     requestId: Annotated[str, Field(pattern=ids.REQUEST_ID)]
     tenantId: TenantId
@@ -370,6 +378,10 @@ class JoinRequest(TypedDict):
         list[AttestorVerdict],
         Field(description="every attestor's verdict on the join; empty on a request older than this field"),
     ]
+    approvals: Annotated[list[Approval], Field(description="who approved so far, in order: one per key")]
+    # While pending, what the pool requires now; once decided, what the last approval was judged by;
+    # null for a site's unclaimed request read through no pool (docs/queue.md, "Two approvals").
+    approvalsRequired: Annotated[int | None, Field(description="approvals needed (docs/queue.md)")]
 
 
 @with_config(VIEW)

@@ -24,6 +24,9 @@ RANK = {
     "security.discovery-entry.registered": 0,
     "security.tpm-key.allowed": 0,
     "security.join-request.created": 1,
+    # A partial approval shares the decisions' rank: within one second it may sort after the approval
+    # that completed the count (by eventId); each event's `approvals` says the order.
+    "security.join-request.approval-recorded": 2,
     "security.join-request.approved": 2,
     "security.join-request.rejected": 2,
     "security.join-request.consumed": 3,

@@ -212,6 +212,9 @@ class PoolRecord(NamedTuple):
     # How long a rotated CA is in the bundle before it signs; pools stored before it was a setting
     # read as the default.
     ca_propagation_seconds: int = DEFAULT_CA_PROPAGATION
+    # How many distinct approvals a join request of this pool needs; pools stored before it was a
+    # setting read as one.
+    approvals_required: int = 1
     # The join policy, on the pool's item so that a join reads it with the pool (no call of its
     # own); empty: no policy. Pools stored before policies read as empty.
     join_policy: tuple[PolicyRuleRecord, ...] = ()
@@ -248,6 +251,7 @@ class PoolRecord(NamedTuple):
             updated_by=item.get("updatedBy"),
             archived_by=item.get("archivedBy"),
             ca_propagation_seconds=int(item.get("caPropagationSeconds", DEFAULT_CA_PROPAGATION)),
+            approvals_required=int(item.get("approvalsRequired", 1)),
             join_policy=tuple(PolicyRuleRecord.from_item(rule) for rule in item.get("joinPolicy") or ()),
         )
 
@@ -276,6 +280,7 @@ class PoolRecord(NamedTuple):
             "updatedBy": self.updated_by,
             "archivedBy": self.archived_by,
             "caPropagationSeconds": self.ca_propagation_seconds,
+            "approvalsRequired": self.approvals_required,
             "joinPolicy": [rule.to_item() for rule in self.join_policy] or None,
         }
 
@@ -346,6 +351,7 @@ class PoolChanges(NamedTuple):
     ca_propagation_seconds: int | None = None
     cluster: ClusterSettingsRecord | None = None
     remove_cluster: bool = False
+    approvals_required: int | None = None
     join_policy: tuple[PolicyRuleRecord, ...] | None = None  # (): the policy is removed
 
     def attributes(self) -> Item:
@@ -358,6 +364,7 @@ class PoolChanges(NamedTuple):
             certificateTtlSeconds=self.certificate_ttl_seconds,
             caPropagationSeconds=self.ca_propagation_seconds,
             cluster=self.cluster.to_item() if self.cluster else None,
+            approvalsRequired=self.approvals_required,
         )
         if self.remove_cluster:
             replaced["cluster"] = None

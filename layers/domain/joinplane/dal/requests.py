@@ -63,6 +63,32 @@ class VerdictRecord(NamedTuple):
         return {"attestor": self.attestor, "verdict": self.verdict}
 
 
+class ApprovalRecord(NamedTuple):
+    """One key's approval of a request, as stored under its approver in the request's `approvals` map
+    (the key is the map's: one entry per approver, so the same key twice is one approval)."""
+
+    by: str  # the approving API key's id, or `policy:<rule>` for a join policy's rule
+    at: str
+    reason: str | None = None
+    # Its place among the request's approvals, from 1: written as the count it made, which the
+    # approval's condition makes unique, so approvals within one second still read in order.
+    seq: int = 0
+
+    @classmethod
+    def from_entry(cls, by: str, entry: Item) -> ApprovalRecord:
+        return cls(by, entry.get("at", ""), entry.get("reason"), int(entry.get("seq", 0)))
+
+    def to_entry(self) -> Item:
+        entry: Item = {"at": self.at, **({"reason": self.reason} if self.reason else {})}
+        return entry | ({"seq": self.seq} if self.seq else {})
+
+
+def approvals_of(stored: Item | None) -> tuple[ApprovalRecord, ...]:
+    """A stored `approvals` map as records, in the order they were given (the map keeps none)."""
+    found = [ApprovalRecord.from_entry(by, entry or {}) for by, entry in (stored or {}).items()]
+    return tuple(sorted(found, key=lambda a: (a.seq, a.at, a.by)))
+
+
 # Each JoinRequest field's stored attribute (dal.items); dal.stream's RequestImage reads the same.
 ATTRIBUTES = {
     "request_id": "requestId",
@@ -87,6 +113,8 @@ ATTRIBUTES = {
     "token_description": "tokenDescription",
     "source_ip": "sourceIp",
     "verdicts": "verdicts",
+    "approvals": "approvals",
+    "approvals_required": "approvalsRequired",
     "policy_rule": "policyRule",
 }
 REQUIRED = (
@@ -127,6 +155,14 @@ class JoinRequestRecord(NamedTuple):
     token_description: str | None = None
     source_ip: str | None = None
     verdicts: tuple[VerdictRecord, ...] = ()  # every attestor's verdict, admits included
+    # Who approved so far (one per approver, oldest first) and how many approvals the pool required
+    # when the last of them was recorded: absent on requests no one has approved yet.
+    approvals: tuple[ApprovalRecord, ...] = ()
+    approvals_required: int | None = None
+
+    def approved_by(self, approver: str) -> bool:
+        return any(approval.by == approver for approval in self.approvals)
+
     # The pool's join policy rule that decided the join: approved it at once (the request is then
     # stored consumed, `decidedBy: policy`) or deferred it (its vote is among `reasons`).
     policy_rule: str | None = None
@@ -152,6 +188,10 @@ class JoinRequestRecord(NamedTuple):
                 "machine": MachineFactsRecord.from_item(stored["machine"] or {}),
                 "expires_at_epoch": int(stored["expires_at_epoch"]),
                 "verdicts": tuple(VerdictRecord.from_item(v) for v in stored["verdicts"] or []),
+                "approvals": approvals_of(stored["approvals"]),
+                "approvals_required": (
+                    int(stored["approvals_required"]) if stored["approvals_required"] is not None else None
+                ),
             }
         )
 
@@ -169,6 +209,8 @@ class JoinRequestRecord(NamedTuple):
                     "reasons": [reason.to_item() for reason in self.reasons],
                     "machine": self.machine.to_item(),
                     "verdicts": [verdict.to_item() for verdict in self.verdicts],
+                    # Absent until the first approval: the approval's condition counts on it.
+                    "approvals": {a.by: a.to_entry() for a in self.approvals} or None,
                 },
             ),
             "ttl": self.ttl,
@@ -234,50 +276,90 @@ def put_new(request: JoinRequestRecord, *, name: str = "request") -> dynamo.Writ
 
 
 def approve(
-    request_id: str,
+    request: JoinRequestRecord,
     *,
-    tenant_id: str,
-    site_id: str,
     pool_id: str,
+    approval: ApprovalRecord,
+    new: bool,
+    approvals_required: int,
+    completes: bool,
     expires_at: datetime,
-    decided_by: str,
-    reason: str | None,
     now: datetime,
 ) -> JoinRequestRecord:
-    """pending → approved for the pool `pool_id` (claiming a site's request), with a new expiry.
-    Holds only while the request is pending, unexpired at `now` and unclaimed or already this
-    pool's; RequestLost otherwise."""
-    expires_at_epoch = clock.seconds(expires_at)
+    """One approval of a pending request for the pool `pool_id` (claiming a site's request), in one
+    conditional write: `approval` recorded under its approver when `new` (else it is the one
+    already there), and, when it `completes` the count the pool requires, pending → approved with a
+    new expiry, decided by the approval's approver.
+
+    Holds only while the request is pending, unexpired at `now`, unclaimed or already this pool's,
+    and holds exactly the approvals read (their number, and the approver's absence or presence):
+    two approvals racing cannot both count themselves the last, nor overwrite each other, and the
+    same key racing itself is recorded once. RequestLost otherwise, with the request as it is now."""
+    read = len(request.approvals)
     values: dict[str, Any] = {
-        ":approved": "approved",
         ":pending": "pending",
         ":pool": pool_id,
         ":now": clock.seconds(now),
-        ":expiresAt": clock.rfc3339(expires_at),
-        ":expiresAtEpoch": expires_at_epoch,
-        ":decidedAt": clock.rfc3339(now),
-        ":by": decided_by,
-        ":partition": list_partition(tenant_id, site_id, pool_id, "approved"),
-        ":ttl": expires_at_epoch + RETENTION_SECONDS,
-        ":open": open_index(request_id, expires_at_epoch)["gsi2sk"],
+        ":required": approvals_required,
     }
-    update = (
-        "SET #state = :approved, poolId = :pool, expiresAt = :expiresAt, expiresAtEpoch = :expiresAtEpoch, "
-        "decidedAt = :decidedAt, decidedBy = :by, gsi1pk = :partition, #ttl = :ttl, gsi2sk = :open"
-    )
-    if reason:
-        update += ", reason = :reason"
-        values[":reason"] = reason
-    update += f" REMOVE {_LEAVE_QUEUE}"
+    names = {"#state": "state", "#by": approval.by}
+    sets = ["poolId = :pool", "approvalsRequired = :required"]
+    conditions = [
+        "#state = :pending",
+        "expiresAtEpoch > :now",
+        "(attribute_not_exists(poolId) OR poolId = :pool)",
+    ]
+    if read == 0:
+        conditions.append("attribute_not_exists(approvals)")
+    else:
+        conditions.append("size(approvals) = :read")
+        values[":read"] = read
+    if not new:
+        conditions.append("attribute_exists(approvals.#by)")
+    elif read == 0:
+        sets.append("approvals = :approvals")
+        values[":approvals"] = {approval.by: approval._replace(seq=1).to_entry()}
+        names.pop("#by")  # DynamoDB refuses a name the expressions do not use
+    else:
+        sets.append("approvals.#by = :approval")
+        values[":approval"] = approval._replace(seq=read + 1).to_entry()
+        conditions.append("attribute_not_exists(approvals.#by)")
+    if completes:
+        expires_at_epoch = clock.seconds(expires_at)
+        names["#ttl"] = "ttl"
+        values |= {
+            ":approved": "approved",
+            ":expiresAt": clock.rfc3339(expires_at),
+            ":expiresAtEpoch": expires_at_epoch,
+            ":decidedAt": clock.rfc3339(now),
+            ":by": approval.by,
+            ":partition": list_partition(request.tenant_id, request.site_id, pool_id, "approved"),
+            ":ttl": expires_at_epoch + RETENTION_SECONDS,
+            ":open": open_index(request.request_id, expires_at_epoch)["gsi2sk"],
+        }
+        sets += [
+            "#state = :approved",
+            "expiresAt = :expiresAt",
+            "expiresAtEpoch = :expiresAtEpoch",
+            "decidedAt = :decidedAt",
+            "decidedBy = :by",
+            "gsi1pk = :partition",
+            "#ttl = :ttl",
+            "gsi2sk = :open",
+        ]
+        if approval.reason:
+            sets.append("reason = :reason")
+            values[":reason"] = approval.reason
+    else:
+        # Still pending (and in its tenant's queue), now in the claiming pool's listing.
+        sets.append("gsi1pk = :partition")
+        values[":partition"] = list_partition(request.tenant_id, request.site_id, pool_id, "pending")
     try:
         item = dynamo.update(
-            *request_key(request_id),
-            update=update,
-            condition=(
-                "#state = :pending AND expiresAtEpoch > :now "
-                "AND (attribute_not_exists(poolId) OR poolId = :pool)"
-            ),
-            names={"#state": "state", "#ttl": "ttl"},
+            *request_key(request.request_id),
+            update="SET " + ", ".join(sets) + (f" REMOVE {_LEAVE_QUEUE}" if completes else ""),
+            condition=" AND ".join(conditions),
+            names=names,
             values=values,
         )
     except dynamo.ConditionFailed as failure:

@@ -48,13 +48,18 @@ class RequestImage(NamedTuple):
     consumed_at: str | None = None
     machine_id: str | None = None
     expired_at: str | None = None
+    approvals: tuple[requests.ApprovalRecord, ...] = ()
+    approvals_required: int | None = None
     policy_rule: str | None = None
 
     @classmethod
     def from_item(cls, item: Item) -> RequestImage:
         stored = items.read(item, requests.ATTRIBUTES, ("request_id",))
         # As stored: the votes are published as the table holds them.
-        return cls(**_image_fields(cls, stored) | {"reasons": stored["reasons"] or []})
+        return cls(
+            **_image_fields(cls, stored)
+            | {"reasons": stored["reasons"] or [], "approvals": requests.approvals_of(stored["approvals"])}
+        )
 
 
 class MachineImage(NamedTuple):

@@ -8,6 +8,7 @@ export const title = "Audit trail";
 // docs/events.md's catalogue, for the filter (the API filters by exact detail type).
 const TYPES = [
   "security.join-request.created",
+  "security.join-request.approval-recorded",
   "security.join-request.approved",
   "security.join-request.rejected",
   "security.join-request.expired",
@@ -66,6 +67,7 @@ function resolver(tenantId) {
 
 const VERBS = {
   "security.join-request.created": "join requested",
+  "security.join-request.approval-recorded": "join approval recorded",
   "security.join-request.approved": "join approved",
   "security.join-request.rejected": "join rejected",
   "security.join-request.expired": "join request expired",
@@ -84,7 +86,9 @@ function summary(event, seen, keys) {
   const subject = hostname || d.machineId || d.requestId || d.tokenId || d.keyId || d.caId || "";
   const parts = [h("strong", { text: verb }), subject ? ` ${subject}` : ""];
   if (d.poolId) parts.push(` in ${d.poolId}`);
-  let actor = d.decidedBy || d.revokedBy || d.createdBy || d.actor || null;
+  // One of several approvals a pool requires: say how far the request got.
+  if (d.approvalsRequired && d.approvals) parts.push(` (${d.approvals.length} of ${d.approvalsRequired})`);
+  let actor = d.approvedBy || d.decidedBy || d.revokedBy || d.createdBy || d.actor || null;
   let reason = d.reason || null;
   // A join an operator allowed: the event says "operator", the request says which key.
   if ((actor === "operator" || event.detailType === "security.join-request.consumed") && request && request.decidedBy) {

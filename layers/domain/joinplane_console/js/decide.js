@@ -38,14 +38,22 @@ function joinNames(names) {
 }
 
 // "Approved gpu-node-07 into gpu-rack-1", grouped by pool when several were approved.
+// A request whose pool needs more approvals stays pending: "Recorded your approval of gpu-node-07
+// (1 of 2 approvals)".
 function outcome(action, done) {
   if (action === "reject") return `Rejected ${joinNames(done.map(({ request }) => host(request)))}.`;
+  const partial = done.filter(({ answer }) => answer && answer.state === "pending");
+  const said = partial.length
+    ? `Recorded your approval of ${joinNames(partial.map(({ request, answer }) => `${host(request)} (${(answer.approvals || []).length} of ${answer.approvalsRequired} approvals)`))}; it needs another key's.`
+    : "";
+  const approved = done.filter((d) => !partial.includes(d));
+  if (!approved.length) return said;
   const byPool = new Map();
-  for (const { request, answer } of done) {
+  for (const { request, answer } of approved) {
     const pool = (answer && answer.poolId) || request.poolId;
     byPool.set(pool, [...(byPool.get(pool) || []), host(request)]);
   }
-  return `Approved ${[...byPool].map(([pool, names]) => `${joinNames(names)} into ${pool}`).join("; ")}.`;
+  return `Approved ${[...byPool].map(([pool, names]) => `${joinNames(names)} into ${pool}`).join("; ")}.${said ? ` ${said}` : ""}`;
 }
 
 // Asks, then decides. Resolves to null when cancelled, else { message, failures, done }.

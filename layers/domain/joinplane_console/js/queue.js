@@ -57,6 +57,10 @@ function decision(request, keys) {
     "div",
     { class: "decision" },
     badge(request.state),
+    // Half-approved: how far it got, so the next operator knows their approval is the one missing.
+    request.state === "pending" && request.approvalsRequired > 1
+      ? h("div", {}, `${(request.approvals || []).length} of ${request.approvalsRequired} approvals`)
+      : null,
     request.decidedBy ? h("div", {}, "by ", keyName(keys, request.decidedBy)) : null,
     request.reason ? h("div", { class: "quote" }, words(`“${request.reason}”`)) : null,
     h("div", { class: "muted" }, "requested ", when(request.createdAt)),

@@ -53,6 +53,18 @@ function attestors(request) {
   );
 }
 
+// "1 of 2 approvals, by …": shown while a request's pool needs more than one approval, or once
+// more than one key approved it.
+function approvals(request, keys) {
+  const given = request.approvals || [];
+  const required = request.approvalsRequired;
+  if (given.length <= 1 && !(required > 1)) return null;
+  const count = required ? `${given.length} of ${required} approvals` : `${given.length} approvals`;
+  if (!given.length) return count;
+  const by = given.flatMap((a, i) => [i ? ", " : "", keyName(keys, a.by, { full: true })]);
+  return h("span", { class: "approvals" }, `${count}, by `, ...by);
+}
+
 export function render(context, root, requestId) {
   const tenantId = context.tenantId;
   const failure = h("p", { class: "error", role: "alert" });
@@ -104,6 +116,7 @@ export function render(context, root, requestId) {
             ["Source address", request.sourceIp],
             ["Requested", stamp(request.createdAt)],
             [open ? "Expires" : "Open until", stamp(request.expiresAt)],
+            ["Approvals", approvals(request, keys)],
             ["Decided", request.decidedAt ? stamp(request.decidedAt) : null],
             ["Decided by", request.decidedBy ? keyName(keys, request.decidedBy, { full: true }) : null],
             ["Reason", request.reason],
