@@ -121,3 +121,21 @@ def test_every_attestor_has_a_verdict_and_a_code_in_the_activation() -> None:
     activation = stored_request_activation("n", None, 9)
     assert set(activation["attestors"]) == set(attestors.ATTESTORS)
     assert activation["attestors"]["tpm"] == {"verdict": "admit", "code": "", "codes": [], "messages": []}
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        # a bracket in a comment closes the outer comprehension early for a reader ignoring comments
+        "request.gpuIds.all(a, // )\n false || request.gpuIds.all(b, a != b || true))",
+        # a raw string's backslash escapes nothing: read as an escape, the nesting hides in "a string"
+        'r"\\" != "" && request.gpuIds.all(a, request.gpuIds.all(b, a != b || true)) && "" == ""',
+    ],
+)
+def test_a_nested_comprehension_hidden_from_the_bounds_is_still_refused(when: str) -> None:
+    # Given a rule nesting one comprehension in another, disguised by a comment or a raw string
+    # (over a machine's 2,000 gpuIds it would take seconds of every join's CPU)
+    rule = PolicyRule(name="nested", when=when, decision="approve")
+    # When it is saved, then it is refused for its cost
+    with pytest.raises(policy.PolicyInvalid, match="comprehension"):
+        policy.compile_policy([rule])

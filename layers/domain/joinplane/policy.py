@@ -138,8 +138,13 @@ def _cel() -> Any:
 # --- compiling ---------------------------------------------------------------------------------
 
 _POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)", re.DOTALL)
+# A raw string (r"...") takes no escapes: read as an ordinary one, its `\"` would end it later
+# than the engine does, and hide the source after it from the bounds. A comment (`//` to the end
+# of the line) is no code: read as code, a bracket in it would misplace a comprehension's end.
 _TOKEN = re.compile(
-    r"""(?P<string>[rRbB]{0,2}(?:\"\"\"(?:\\.|[^\\])*?\"\"\"|'''(?:\\.|[^\\])*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))"""
+    r"""(?P<comment>//[^\n]*)"""
+    r"""|(?P<string>(?:[bB]?[rR]|[rR][bB])(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|"[^"\n]*"|'[^'\n]*'))"""
+    r"""|(?P<escaped>[bB]?(?:\"\"\"(?:\\.|[^\\])*?\"\"\"|'''(?:\\.|[^\\])*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))"""
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
     r"|(?P<number>[0-9][0-9a-fA-FxX.eE+u-]*)"
     r"|(?P<space>\s+)"
@@ -175,7 +180,7 @@ def _parse_error(index: int, name: str, error: BaseException) -> PolicyInvalid:
 def _tokens(source: str) -> list[str]:
     """CEL's tokens, well enough to find comprehensions: string literals are one token each, so a
     macro's name inside a string is not a macro."""
-    return [m.group() for m in _TOKEN.finditer(source) if m.lastgroup != "space"]
+    return [m.group() for m in _TOKEN.finditer(source) if m.lastgroup not in ("space", "comment")]
 
 
 def _cost_bounds(source: str) -> str | None:
