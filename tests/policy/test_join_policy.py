@@ -266,3 +266,21 @@ def test_a_deny_rule_an_operator_removed_no_longer_denies_from_a_warm_container(
 
     # Then the deny is not taken from the stale copy: the machine is admitted
     assert reply.status == 200, reply.body
+
+
+def test_an_approve_rule_leaves_a_cloned_serial_to_a_person(
+    make_token: Callable[..., str], set_policy: Callable[[Any], Any]
+) -> None:
+    # Given a pool approving gpu-* hosts, and gpu-1 admitted with a serial number
+    token = make_token()
+    assert set_policy([GPU_HOSTS]).status == 200
+    assert machine(token, "gpu-1", hardware={"serialNumber": "SN-7781-A"}).status == 200
+
+    # When another machine, also named gpu-*, joins with the same serial (a cloned image)
+    clone = machine(token, "gpu-2", hardware={"serialNumber": "SN-7781-A"})
+
+    # Then it waits in the queue as a clone for a person, rather than being told to retry forever
+    # (the rule's admission could never commit: the serial's claim is another machine's)
+    assert clone.status == 202, clone.body
+    request = stored(request_key(clone.body["joinRequest"]["requestId"]))
+    assert "duplicate_hardware_id" in [r["code"] for r in request["reasons"]]

@@ -49,6 +49,9 @@ class Facts:
     aws_caller: Caller | None = None  # who signed an AWS IAM join (STS's answer); None: not one
 
 
+DUPLICATE_HARDWARE_ID = "duplicate_hardware_id"
+
+
 def hardware_ids(facts: Facts) -> list[Vote]:
     votes = [
         Vote("hardware-ids", DEFER, "placeholder_hardware_id", f"{field} is a placeholder: {why}")
@@ -58,7 +61,7 @@ def hardware_ids(facts: Facts) -> list[Vote]:
         Vote(
             "hardware-ids",
             DEFER,
-            "duplicate_hardware_id",
+            DUPLICATE_HARDWARE_ID,
             f"{field} {value!r} is held by another active machine (a cloned image?)",
         )
         for field, value in facts.held_by_others

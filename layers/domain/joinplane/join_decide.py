@@ -255,11 +255,17 @@ def apply_policy(
             )
         )
     if outcome.decision == "approve":
-        return (
-            approve_deferral(decided, outcome, approvals_required) if isinstance(decided, Defer) else decided
-        )
+        if not isinstance(decided, Defer) or _held_by_another(decided):
+            # A hardware id another machine holds cannot be admitted (the admission's claim on it
+            # fails, the join would retry forever): a person decides on a clone, whatever the rule.
+            return decided
+        return approve_deferral(decided, outcome, approvals_required)
     earlier = decided.votes if isinstance(decided, Defer) else ()
     return Defer((*earlier, policy_vote(outcome)), policy_rule=outcome.rule)
+
+
+def _held_by_another(deferred: Defer) -> bool:
+    return any(vote.code == attestors.DUPLICATE_HARDWARE_ID for vote in deferred.votes)
 
 
 def approve_deferral(
