@@ -305,3 +305,23 @@ def test_the_work_is_bounded_by_the_limit_and_the_rules_count(
     assert out_of_time.status == 200, out_of_time.body
     assert (out_of_time.body["items"], out_of_time.body["complete"]) == ([], False)
     assert out_of_time.body["counts"]["total"] == 0
+
+
+def test_a_draft_reading_the_sites_inventory_needs_the_key_to_read_that_inventory(pool, admin_key) -> None:
+    # Given a key that reads the pool, its requests and machines but not its site's discovery
+    # inventory (discovery/list refuses it), and a key that also reads the inventory
+    pool_key = _key(admin_key, "compute:*@compute-pool/gpu")
+    site_key = _key(admin_key, "compute:*@compute-pool/gpu", "compute:discovery:read@site/rack-1")
+    listing = call("/api/compute/discovery/list", {"tenantId": "acme", "siteId": "rack-1"}, pool_key)
+    assert listing.status in (403, 404)
+    probe = "site.discovery != null && site.discovery.hostname < 'm'"
+    oracle = [{"name": "probe", "when": probe, "decision": "deny"}]
+    # When each simulates a draft whose outcome depends on an inventory entry's hostname
+    refused, allowed = _simulate(pool_key, joinPolicy=oracle), _simulate(site_key, joinPolicy=oracle)
+    # Then the pool's key is refused naming the permission (else each join's decision would tell it,
+    # bit by bit, what the inventory holds), and the key that reads the inventory gets the simulation
+    assert (refused.status, refused.code) == (403, "PERMISSION_DENIED"), refused.body
+    assert "compute:discovery:read" in refused.body["error"]["message"]
+    assert allowed.status == 200, allowed.body
+    # And a draft that does not read the site needs no such permission
+    assert _simulate(pool_key).status == 200

@@ -29,13 +29,17 @@ from joinplane.dal import recent
 from joinplane.dal.machines import MachineFactsRecord, MachineRecord
 from joinplane.dal.requests import JoinRequestRecord
 from joinplane.dal.tokens import JoinTokenRecord
-from joinplane.grants import Principal
+from joinplane.errors import PermissionDenied
+from joinplane.grants import Principal, Resource
 from joinplane.join_decide import Admit, AdmitByPolicy, Defer
 from joinplane.policy_rules import JoinPolicy
 
 if TYPE_CHECKING:
     from joinplane import policy_views, views
 
+# The discovery API's read permission (joinplane.discovery.READ, a module a draft not reading the
+# site does not load).
+DISCOVERY_READ = "compute:discovery:read"
 # Requests and machines read per simulation, each: a busy pool's day of joins, few enough that one
 # call reads a few MB at most and evaluates the draft for at most 400 joins.
 MAX_ITEMS = 200
@@ -130,6 +134,14 @@ def simulate(principal: Principal, request: SimulatePolicy) -> views.PolicySimul
     tokens = recent.tokens_by_id(s.token_id for s in joins if s.token_id)
     # The site's inventory is read only for a draft that reads `site`: no rule can depend on it else.
     inventory = any(re.search(r"\bsite\b", rule.when) for rule in request.joinPolicy)
+    site = Resource(pool.tenant_id, pool.site_id, kind="site")
+    if inventory and not principal.can(DISCOVERY_READ, site):
+        # A draft's decisions answer questions on the entries (`site.discovery.hostname < "m"`):
+        # only a key that may list the inventory may ask them.
+        raise PermissionDenied(
+            f"this draft reads the site's discovery inventory: the API key lacks {DISCOVERY_READ} for site "
+            f"{pool.site_id!r}"
+        )
     now = clock.now()
     items: list[policy_views.SimulatedJoin] = []
     started = time.monotonic()
