@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from joinplane import attestors, policy
-from joinplane.dal.machines import HardwareFactsRecord, MachineFactsRecord
+from joinplane.dal.machines import HardwareFactsRecord, MachineFactsRecord, TpmFactsRecord
 from joinplane.dal.requests import VoteReasonRecord
 from joinplane.policy_rules import PolicyRule
 
@@ -139,3 +139,20 @@ def test_a_nested_comprehension_hidden_from_the_bounds_is_still_refused(when: st
     # When it is saved, then it is refused for its cost
     with pytest.raises(policy.PolicyInvalid, match="comprehension"):
         policy.compile_policy([rule])
+
+
+@pytest.mark.parametrize(("activated", "matched"), [(False, None), (True, "listed-ek")])
+def test_an_endorsement_key_only_named_does_not_meet_a_rule_listing_it(
+    activated: bool, matched: str | None
+) -> None:
+    # Given a rule approving one endorsement key, and a join naming that key's hash, proved or not
+    ek = "ab" * 32
+    rules = compiled(("listed-ek", f'request.tpm.ekPublicKeySha256 == "{ek}"', "approve"))
+    facts = MachineFactsRecord(hostname="n", tpm=TpmFactsRecord(ek, activated=activated))
+    activation = policy.variables(
+        facts, token=None, verdicts=[], reasons=[], site_id="lab", discovery=None, now=datetime.now(UTC)
+    )
+    # When it is evaluated
+    outcome = policy.evaluate(rules, activation)
+    # Then only a TPM that proved it holds the key meets it: a hash is public, anyone can copy it
+    assert (outcome.rule if outcome else None) == matched

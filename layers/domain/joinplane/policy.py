@@ -451,7 +451,10 @@ def _request(facts: MachineFactsRecord) -> dict[str, Any]:
             "macAddresses": list(hardware.mac_addresses or ()),
         },
         "tpm": {
-            "ekPublicKeySha256": tpm.ek_public_key_sha256,
+            # An EK only named, not proved by credential activation, is public material anyone can
+            # copy: it counts as none, as for the TPM attestor, so a rule listing EKs cannot be met
+            # by naming one.
+            "ekPublicKeySha256": (tpm.ek_public_key_sha256 or "") if tpm.activated else "",
             "activated": tpm.activated,
             "verifiedBy": tpm.verified_by,
             "manufacturer": tpm.manufacturer,
