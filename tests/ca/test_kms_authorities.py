@@ -234,7 +234,7 @@ def test_the_der_wrapping_is_what_cryptography_itself_writes() -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["ThrottlingException", "LimitExceededException", "KMSInternalException", "DependencyTimeoutException"],
+    ["ThrottlingException", "KMSInternalException", "DependencyTimeoutException"],
 )
 def test_kms_throttling_and_outages_are_unavailable_with_when_to_retry(code: str) -> None:
     client = aws.client("kms")
@@ -274,6 +274,20 @@ def test_kms_throttled_after_a_ca_key_was_made_hands_the_key_to_the_retention_jo
     assert len(made) == 1
     later = clock.now() + timedelta(seconds=1)
     assert made[0] in ca_retention_db.abandoned_keys(before=later).key_ids
+
+
+def test_a_kms_quota_on_keys_is_not_told_to_retry_in_a_second() -> None:
+    # Given an account whose KMS keys (or aliases) are at their quota: KMS answers
+    # LimitExceededException, which waiting a second does not lift (its request rates throttle
+    # with ThrottlingException instead)
+    client = aws.client("kms")
+    with Stubber(client) as stub:
+        stub.add_client_error("create_key", "LimitExceededException", http_status_code=400)
+        # When a pool's CA key is made, Then the failure is not a 503 with Retry-After: 1, which
+        # every caller would retry for ever, but a server fault an operator's alarms see
+        with pytest.raises(client.exceptions.ClientError) as raised:
+            ca_keys.create_key("ca_01", TENANT, "pool")
+    assert not isinstance(raised.value, Unavailable)
 
 
 def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:

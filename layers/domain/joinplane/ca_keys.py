@@ -164,9 +164,10 @@ _UNAVAILABLE_CODES = frozenset(
         "ThrottlingException",
         "TooManyRequestsException",
         "RequestLimitExceeded",
-        "LimitExceededException",
     }
 )
+# Not among them: KMS's LimitExceededException is a quota on resources (keys, aliases), which a
+# retry a second later does not lift; told "retry in 1 s", every caller would retry for ever.
 
 
 # What a caller is told to wait (Retry-After) when KMS throttled or failed after the client's own
