@@ -276,6 +276,35 @@ def test_kms_throttled_after_a_ca_key_was_made_hands_the_key_to_the_retention_jo
     assert made[0] in ca_retention_db.abandoned_keys(before=later).key_ids
 
 
+def test_a_first_ca_the_store_could_not_record_hands_its_key_to_the_retention_job(
+    csrs: Csrs, pool: str
+) -> None:
+    # Given a DynamoDB that refuses the write of the pool's first CA (throughput: a 503, retried)
+    table, kms = aws.client("dynamodb"), aws.client("kms")
+    made: list[str] = []
+
+    def refuse(**_: Any) -> None:
+        error = {"Code": "InternalServerError", "Message": "try again"}
+        raise table.exceptions.InternalServerError({"Error": error}, "TransactWriteItems")
+
+    def record(parsed: dict[str, Any], **_: Any) -> None:
+        made.append(parsed["KeyMetadata"]["KeyId"])
+
+    table.meta.events.register("before-call.dynamodb.TransactWriteItems", refuse, unique_id="refuse")
+    kms.meta.events.register("after-call.kms.CreateKey", record, unique_id="made")
+    try:
+        # When a certificate is asked for, Then the caller is told to retry
+        with pytest.raises(Unavailable):
+            issue(csrs, pool)
+    finally:
+        table.meta.events.unregister("before-call.dynamodb.TransactWriteItems", unique_id="refuse")
+        kms.meta.events.unregister("after-call.kms.CreateKey", unique_id="made")
+    # And the key of the CA never recorded is on its way out, not left behind at every retry
+    assert len(made) == 1
+    later = clock.now() + timedelta(seconds=1)
+    assert made[0] in ca_retention_db.abandoned_keys(before=later).key_ids
+
+
 def test_a_kms_quota_on_keys_is_not_told_to_retry_in_a_second() -> None:
     # Given an account whose KMS keys (or aliases) are at their quota: KMS answers
     # LimitExceededException, which waiting a second does not lift (its request rates throttle

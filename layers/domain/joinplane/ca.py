@@ -251,6 +251,10 @@ def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -
             if stored is not None:
                 return stored
         raise AssertionError("unreachable: attempts() raises when exhausted") from None
+    except Exception:
+        # Not recorded (a 503 the caller retries): the job deletes it only if no CA holds it.
+        schedule_key_deletion(candidate.key_id)
+        raise
     return Authorities(
         authorities_db.PointerRecord(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
         candidate,
@@ -389,7 +393,6 @@ def _new_ca(
     now = clock.now().replace(microsecond=0)
     name = _ca_name(tenant_id, pool_id, ca_id)
     try:
-        # Inside: a throttled GetPublicKey (a 503, retried) must not leave the key behind either.
         public_key = kms_public_key(key_id)
         builder = (
             x509.CertificateBuilder()
