@@ -8,9 +8,11 @@ import hashlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -19,6 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from joinplane import aws, ca, ca_keys, clock, container, csr_checks, der, expiry, machine_certificates
 from joinplane.dal import authorities as authorities_db
+from joinplane.dal import ca_retention as ca_retention_db
 from joinplane.dal import dynamo
 from joinplane.dal.pools import pool_key
 from joinplane.errors import Aborted, Internal, InvalidState, JoinplaneError, RetryLater, Unavailable
@@ -231,7 +234,7 @@ def test_the_der_wrapping_is_what_cryptography_itself_writes() -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["ThrottlingException", "LimitExceededException", "KMSInternalException", "DependencyTimeoutException"],
+    ["ThrottlingException", "KMSInternalException", "DependencyTimeoutException"],
 )
 def test_kms_throttling_and_outages_are_unavailable_with_when_to_retry(code: str) -> None:
     client = aws.client("kms")
@@ -240,6 +243,80 @@ def test_kms_throttling_and_outages_are_unavailable_with_when_to_retry(code: str
         with pytest.raises(RetryLater, match="KMS") as raised:
             ca_keys.kms_sign_tbs("key", b"tbs")
     assert raised.value.retry_after_seconds == 1
+
+
+@pytest.mark.parametrize("operation", ["CreateAlias", "GetPublicKey"])
+def test_kms_throttled_after_a_ca_key_was_made_hands_the_key_to_the_retention_job(
+    csrs: Csrs, pool: str, operation: str
+) -> None:
+    # Given KMS that makes the pool's first CA key and then throttles the next call about it
+    client = aws.client("kms")
+    made: list[str] = []
+
+    def throttle(**_: Any) -> None:
+        error = {"Code": "ThrottlingException", "Message": "Rate exceeded"}
+        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
+
+    def record(parsed: dict[str, Any], **_: Any) -> None:
+        made.append(parsed["KeyMetadata"]["KeyId"])
+
+    client.meta.events.register(f"before-call.kms.{operation}", throttle, unique_id="throttle")
+    client.meta.events.register("after-call.kms.CreateKey", record, unique_id="made")
+    try:
+        # When a certificate is asked for (the caller is told to retry: a 503)
+        with pytest.raises(RetryLater):
+            issue(csrs, pool)
+    finally:
+        client.meta.events.unregister(f"before-call.kms.{operation}", unique_id="throttle")
+        client.meta.events.unregister("after-call.kms.CreateKey", unique_id="made")
+    # Then the key no CA holds is on its way out, so a caller retrying through throttling does not
+    # leave a KMS key ($1 a month) behind at every attempt
+    assert len(made) == 1
+    later = clock.now() + timedelta(seconds=1)
+    assert made[0] in ca_retention_db.abandoned_keys(before=later).key_ids
+
+
+def test_a_first_ca_the_store_could_not_record_hands_its_key_to_the_retention_job(
+    csrs: Csrs, pool: str
+) -> None:
+    # Given a DynamoDB that refuses the write of the pool's first CA (throughput: a 503, retried)
+    table, kms = aws.client("dynamodb"), aws.client("kms")
+    made: list[str] = []
+
+    def refuse(**_: Any) -> None:
+        error = {"Code": "InternalServerError", "Message": "try again"}
+        raise table.exceptions.InternalServerError({"Error": error}, "TransactWriteItems")
+
+    def record(parsed: dict[str, Any], **_: Any) -> None:
+        made.append(parsed["KeyMetadata"]["KeyId"])
+
+    table.meta.events.register("before-call.dynamodb.TransactWriteItems", refuse, unique_id="refuse")
+    kms.meta.events.register("after-call.kms.CreateKey", record, unique_id="made")
+    try:
+        # When a certificate is asked for, Then the caller is told to retry
+        with pytest.raises(Unavailable):
+            issue(csrs, pool)
+    finally:
+        table.meta.events.unregister("before-call.dynamodb.TransactWriteItems", unique_id="refuse")
+        kms.meta.events.unregister("after-call.kms.CreateKey", unique_id="made")
+    # And the key of the CA never recorded is on its way out, not left behind at every retry
+    assert len(made) == 1
+    later = clock.now() + timedelta(seconds=1)
+    assert made[0] in ca_retention_db.abandoned_keys(before=later).key_ids
+
+
+def test_a_kms_quota_on_keys_is_not_told_to_retry_in_a_second() -> None:
+    # Given an account whose KMS keys (or aliases) are at their quota: KMS answers
+    # LimitExceededException, which waiting a second does not lift (its request rates throttle
+    # with ThrottlingException instead)
+    client = aws.client("kms")
+    with Stubber(client) as stub:
+        stub.add_client_error("create_key", "LimitExceededException", http_status_code=400)
+        # When a pool's CA key is made, Then the failure is not a 503 with Retry-After: 1, which
+        # every caller would retry for ever, but a server fault an operator's alarms see
+        with pytest.raises(client.exceptions.ClientError) as raised:
+            ca_keys.create_key("ca_01", TENANT, "pool")
+    assert not isinstance(raised.value, Unavailable)
 
 
 def test_access_denied_by_kms_is_not_disguised_as_unavailable() -> None:

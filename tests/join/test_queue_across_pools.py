@@ -228,6 +228,39 @@ def test_a_narrow_key_pages_through_the_tenants_queue_within_three_queries_a_pag
     assert seen == sorted(chain(*(queue[name] for name in ("gpu", "rack-1", "cpu", "rack-2"))))
 
 
+def test_a_cursor_never_names_a_request_of_a_pool_the_key_may_not_read(
+    queue, admin_key, make_token, machine_factory
+) -> None:
+    # Given a third pool, arm, whose 7 pending requests come last in the tenant's queue, and a key
+    # that reads gpu and cpu only (the tenant's queue is read, 3 entries a Query for a page of 1)
+    created = call(
+        "/api/compute/pools/create",
+        {"tenantId": "acme", "poolId": "arm", "siteId": "rack-3", "name": "ARM", "workspaceId": "w"},
+        admin_key,
+    )
+    assert created.status == 200, created.body
+    hidden = set(defer(make_token, machine_factory, 7, poolId="arm"))
+    key = make_key(
+        admin_key, "compute:join-tokens:read@compute-pool/gpu", "compute:join-tokens:read@compute-pool/cpu"
+    )
+    # When it follows the cursor one request a page
+    cursors: list[str] = []
+    seen: list[str] = []
+    cursor = None
+    while True:
+        reply = call(LIST, {"tenantId": "acme", "limit": 1, **({"cursor": cursor} if cursor else {})}, key)
+        assert reply.status == 200, reply.body
+        seen += [r["requestId"] for r in reply.body["requests"]]
+        cursor = reply.body.get("nextCursor")
+        if not cursor:
+            break
+        cursors.append(cursor)
+    # Then no cursor is the id of one of arm's requests, and the pages still hold exactly the key's
+    # requests, each once, oldest first
+    assert cursors and not set(cursors) & hidden, (cursors, hidden)
+    assert seen == sorted(chain(*(queue[name] for name in ("gpu", "rack-1", "cpu", "rack-2"))))
+
+
 # --- get, approve, reject by id alone ----------------------------------------------------------
 
 

@@ -251,6 +251,10 @@ def _create_first(tenant_id: str, site_id: str, pool_id: str, created_by: str) -
             if stored is not None:
                 return stored
         raise AssertionError("unreachable: attempts() raises when exhausted") from None
+    except Exception:
+        # Not recorded (a 503 the caller retries): the job deletes it only if no CA holds it.
+        schedule_key_deletion(candidate.key_id)
+        raise
     return Authorities(
         authorities_db.PointerRecord(tenant_id, pool_id, candidate.ca_id, (candidate.ca_id,), 1),
         candidate,
@@ -386,22 +390,22 @@ def _new_ca(
     # pathlen 0 unless the intermediate mode needs its one level (docs/pki.md, "Signing modes").
     path_length = 1 if ca_keys.intermediate_mode() else 0
     key_id = create_key(ca_id, tenant_id, pool_id)
-    public_key = kms_public_key(key_id)
     now = clock.now().replace(microsecond=0)
     name = _ca_name(tenant_id, pool_id, ca_id)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(public_key)
-        .serial_number(serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
-        .add_extension(ca_key_usage(), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-    )
     try:
+        public_key = kms_public_key(key_id)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(public_key)
+            .serial_number(serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + CA_VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+            .add_extension(ca_key_usage(), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        )
         certificate = sign_certificate(builder, key_id, public_key)
     except Exception:
         schedule_key_deletion(key_id)

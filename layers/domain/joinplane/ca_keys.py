@@ -107,8 +107,15 @@ def create_key(ca_id: str, tenant_id: str, pool_id: str) -> str:
                 {"TagKey": "joinplane:ca", "TagValue": ca_id},
             ],
         )["KeyMetadata"]
+    except Exception as failure:
+        _raise_if_unavailable(failure)
+        raise
+    try:
         client.create_alias(AliasName=f"{config.kms_alias_prefix}/{ca_id}", TargetKeyId=metadata["KeyId"])
     except Exception as failure:
+        # The key exists and no CA will hold it: a caller told to retry would leave one behind
+        # ($1 a month) at every attempt.
+        schedule_key_deletion(str(metadata["KeyId"]))
         _raise_if_unavailable(failure)
         raise
     # The key id, not the ARN: every call takes either, and moto's ScheduleKeyDeletion only the id.
@@ -157,9 +164,10 @@ _UNAVAILABLE_CODES = frozenset(
         "ThrottlingException",
         "TooManyRequestsException",
         "RequestLimitExceeded",
-        "LimitExceededException",
     }
 )
+# Not among them: KMS's LimitExceededException is a quota on resources (keys, aliases), which a
+# retry a second later does not lift; told "retry in 1 s", every caller would retry for ever.
 
 
 # What a caller is told to wait (Retry-After) when KMS throttled or failed after the client's own

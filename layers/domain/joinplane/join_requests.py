@@ -430,12 +430,16 @@ def _from_queue(request: ListJoinRequests, listed: Owners) -> Examined:
     now = clock.now()
     cursor = request.cursor
     picked: list[str] = []
+    named: str | None = None  # the last entry examined that the key may see
     more = True
     for _ in range(QUERY_BUDGET):
         page = requests_db.queue_page(listed.tenant_id, after=cursor, limit=read)
         for entry in page.entries:
             cursor = entry.request_id
-            if (entry.site_id, entry.pool_id) in shown_owners and entry.pending_at(now):
+            if (entry.site_id, entry.pool_id) not in shown_owners:
+                continue
+            named = entry.request_id
+            if entry.pending_at(now):
                 picked.append(entry.request_id)
                 if len(picked) > request.limit:
                     break
@@ -448,10 +452,30 @@ def _from_queue(request: ListJoinRequests, listed: Owners) -> Examined:
         # One over the page says more follow; the page itself ends at its last request.
         picked = picked[: request.limit]
         cursor = picked[-1]
+    elif more and cursor is not None and cursor != named:
+        cursor = _past_unseen(cursor, named, request.cursor)
     found = requests_db.get_many(picked)
     # Read after the index: a request decided meanwhile is no longer pending and is left out.
     matching = [found[i] for i in picked if i in found and _matches(request, shown_owners, found[i])]
     return Examined(matching, cursor if more else None)
+
+
+def _past_unseen(examined: str, named: str | None, start: str | None) -> str:
+    """Where a page that stopped on another pool's request goes on, without naming it: the end of
+    the millisecond before it (a ULID's first 10 characters are its time), or the last request the
+    key may see, if later. The requests after that (none of them the key's) are examined again by
+    the next page. Only when that would not move past `start` (2 Queries' worth of requests in one
+    millisecond) is the millisecond skipped whole."""
+    stamp = examined[len(ID_PREFIX) + 1 : len(ID_PREFIX) + 11]
+    millis = 0
+    for char in stamp:
+        millis = millis * 32 + ids.ALPHABET.index(char)
+    cursor = f"{ID_PREFIX}_{ids.encode_base32(max(0, millis - 1), 10)}{ids.ALPHABET[-1] * 16}"
+    if named is not None:
+        cursor = max(cursor, named)
+    if start is not None and cursor <= start:
+        cursor = f"{ID_PREFIX}_{stamp}{ids.ALPHABET[-1] * 16}"
+    return cursor
 
 
 def _from_partitions(request: ListJoinRequests, listed: Owners, rounds: int) -> Examined:
