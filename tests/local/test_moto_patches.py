@@ -279,7 +279,7 @@ def test_kms_message_type_a_digest_is_signed_as_the_hash_it_is_and_raw_is_bounde
 
 
 def test_kms_sign_quota_signs_up_to_the_quota_then_throttles_as_kms_does(emulator: Emulator) -> None:
-    # Given a P-256 key, a client that does not retry, and a quota of 2 Sign calls a second
+    # Given a P-256 key, a client that does not retry, and a quota of 2 Sign calls a minute
     client = boto3.client(
         "kms",
         endpoint_url=emulator.endpoint_url,
@@ -291,7 +291,8 @@ def test_kms_sign_quota_signs_up_to_the_quota_then_throttles_as_kms_does(emulato
     def sign() -> dict[str, Any]:
         return client.sign(KeyId=key_id, Message=b"m", MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256")
 
-    moto_patches.kms_sign_quota(2)
+    # (counted over a minute, so that a slow machine cannot spread the three calls over two windows)
+    moto_patches.kms_sign_quota(2, window=60.0)
     try:
         # When three are asked at once, Then two are signed and the third is throttled as KMS throttles
         assert [bool(sign()["Signature"]) for _ in range(2)] == [True, True]
