@@ -40,7 +40,7 @@ def _pool_pairs(item: dict[str, Any], now: float) -> list[tuple[str, Any]]:
     ]
 
 
-def _policy_summary(rules: Any) -> str | None:
+def _policy_summary(rules: Any) -> render.Lines | None:
     """One line per rule, in order: its decision, its name and its condition on one line."""
     if not isinstance(rules, list) or not rules:
         return None
@@ -49,7 +49,7 @@ def _policy_summary(rules: Any) -> str | None:
         rule = admin.as_object(rule)
         condition = " ".join(str(rule.get("when", "")).split())
         lines.append(f"{rule.get('decision')} {rule.get('name')}: {condition}")
-    return "\n".join(lines)
+    return render.Lines(lines)
 
 
 def read_policy(path: str | None) -> list[Any] | None:

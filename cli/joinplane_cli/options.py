@@ -246,5 +246,7 @@ def described(failed: ApiError) -> list[str]:
         headline = f"invalid request: {field}: "
         if len(fields) == 1 and failed.server_message.startswith(headline):
             reason = failed.server_message.removeprefix(headline)  # the fuller of the two
-        lines.append(f"{option_of(field)}: {reason_for_option(field, reason)}")
+        # A policy's refusal names the rule: `0.when` alone sends a person counting rules in the file.
+        rule = f", rule {detail['rule']}" if isinstance(detail.get("rule"), str) else ""
+        lines.append(f"{option_of(field)}{rule}: {reason_for_option(field, reason)}")
     return lines

@@ -147,8 +147,17 @@ def print_json_line(value: Any, out: TextIO | None = None) -> None:
     print(json.dumps(value, separators=(",", ":")), file=out or sys.stdout, flush=True)
 
 
+class Lines(tuple[str, ...]):
+    """A value `fields` shows one element a line."""
+
+
 def fields(pairs: Sequence[tuple[str, Any]], out: TextIO | None = None) -> None:
     """`name  value` lines, names aligned: one object shown to a person."""
     width = max((len(name) for name, _ in pairs), default=0)
     for name, value in pairs:
-        print(f"  {name.ljust(width)}  {cell(value)}", file=out or sys.stdout)
+        # Lines the command built (a join policy, one rule a line) stay lines, aligned under the first;
+        # a string from the server stays on its one line, whatever it holds.
+        lines = list(value) if isinstance(value, Lines) and value else [value]
+        print(f"  {name.ljust(width)}  {cell(lines[0])}", file=out or sys.stdout)
+        for line in lines[1:]:
+            print(f"  {' ' * width}  {cell(line)}", file=out or sys.stdout)

@@ -54,4 +54,5 @@ def test_a_draft_that_is_not_a_list_of_rules_or_does_not_compile_is_refused(cli:
 
     # Then the file is refused before any call, and the rule by the API, naming where it fails
     assert not_json.code == 2 and f"--policy {garbage} is not JSON" in not_json.err
-    assert not_compiled.code == 1 and "--policy (0.when): line 1, column 20: Syntax error" in not_compiled.err
+    assert not_compiled.code == 1
+    assert "--policy (0.when), rule typo: line 1, column 20: Syntax error" in not_compiled.err

@@ -12,7 +12,10 @@ from tests.support.runtime import Cli
 
 pytestmark = pytest.mark.e2e
 
-RULES = [{"name": "gpu-hosts", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve"}]
+RULES = [
+    {"name": "gpu-hosts", "when": 'request.hostname.startsWith("gpu-")', "decision": "approve"},
+    {"name": "the-rest", "when": "true", "decision": "defer"},
+]
 
 
 def test_a_policy_file_is_set_shown_refused_when_broken_and_removed(cli: Cli, tmp_path: Path) -> None:
@@ -30,10 +33,14 @@ def test_a_policy_file_is_set_shown_refused_when_broken_and_removed(cli: Cli, tm
     unreadable = cli.run("pools", "update", pool, "--policy", str(garbage))
     removed = cli.ok("pools", "update", pool, "--policy", "none", "-o", "json").json()
 
-    # Then the policy is saved and shown, the broken one refused naming the option, the rule's
-    # place and the position, the garbage one refused before any call, and `none` removes it
-    assert [r["name"] for r in saved["joinPolicy"]] == ["gpu-hosts"]
-    assert "approve gpu-hosts" in shown.out
-    assert refused.code != 0 and "--policy (0.when): line 1, column 35" in refused.err, refused.err
+    # Then the policy is saved and shown one rule a line, the broken one refused naming the option,
+    # the rule's place, its name and the position, the garbage one refused before any call, and
+    # `none` removes it
+    assert [r["name"] for r in saved["joinPolicy"]] == ["gpu-hosts", "the-rest"]
+    policy_lines = shown.out.split("join policy", 1)[1].splitlines()
+    assert policy_lines[0].strip() == 'approve gpu-hosts: request.hostname.startsWith("gpu-")'
+    assert policy_lines[1].strip() == "defer the-rest: true"
+    assert refused.code != 0
+    assert "--policy (0.when), rule gpu-hosts: line 1, column 35" in refused.err, refused.err
     assert unreadable.code == 2 and "not JSON" in unreadable.err
     assert removed["joinPolicy"] == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from joinplane_cli import render
@@ -107,3 +109,18 @@ def test_cells_from_the_server_cannot_break_the_line_or_the_terminal() -> None:
 
     # Then
     assert text.splitlines() == ["HOST", "evil  [2Jhost", "yes", '{"a":2,"b":1}']
+
+
+def test_lines_the_command_built_stay_lines_and_a_server_string_stays_one_line() -> None:
+    # Given a join policy summarised one rule a line, and a name from the server holding a newline
+    out = io.StringIO()
+    # When both are shown as fields
+    render.fields(
+        [("join policy", render.Lines(["approve a: true", "deny b: false"])), ("name", "x\ny")], out
+    )
+    # Then the rules are two lines, the second under the first, and the name is one line
+    assert out.getvalue().splitlines() == [
+        "  join policy  approve a: true",
+        "               deny b: false",
+        "  name         x y",
+    ]

@@ -1,4 +1,4 @@
-"""Simulating a draft join policy over a pool's recent joins (docs/policy-simulation.md).
+"""Simulating a draft join policy over a pool's recent joins (docs/policy.md, Simulation).
 
 What is simulated is what is stored: each join request of the pool (a deferred join, with the facts
 the machine sent and every attestor's verdict) and each machine the attestors admitted without one.
@@ -45,7 +45,7 @@ DISCOVERY_READ = "compute:discovery:read"
 MAX_ITEMS = 200
 # Seconds one call may spend deciding joins (each evaluation is also held to the join's own budget):
 # well under the function's timeout, and ten times what 400 joins take under 32 rules that all have
-# to be evaluated (0.4 s measured; docs/policy-simulation.md).
+# to be evaluated (0.4 s measured; docs/policy.md, Simulation).
 BUDGET_SECONDS = 4.0
 
 Decision = Literal["admit", "defer", "deny"]

@@ -1,4 +1,4 @@
-"""The policy simulation's answer (pools/simulatePolicy, docs/policy-simulation.md), field for field:
+"""The policy simulation's answer (pools/simulatePolicy, docs/policy.md, Simulation), field for field:
 a view like those of `joinplane.views`, which names `PolicySimulation` for the route table, kept in a
 module of its own as `fact_views` is. Imported only by type checkers and the OpenAPI generator, like
 every view."""
