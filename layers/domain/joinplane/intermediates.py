@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from joinplane import clock, container, ids
-from joinplane.ca import CLOCK_SKEW, PoolCa, serial_number
+from joinplane.ca import CLOCK_SKEW, PoolCa, ca_key_usage, serial_number
 from joinplane.ca_keys import sign_certificate
 from joinplane.dal import intermediates as intermediates_db
 
@@ -129,20 +129,7 @@ def _make(pool_ca: PoolCa, crl_url: str, now: datetime) -> Intermediate:
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(ca_key_usage(), critical=True)
         # A key taken from memory can then mint client certificates only, never a server's.
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
